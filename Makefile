@@ -1,0 +1,30 @@
+# fedcore: two commands for a newcomer — `make run` and `make test`.
+# Both create .venv when missing and (re)install only when pyproject.toml changed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install lint pytest clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m fedcore quickstart
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks
+
+pytest: $(STAMP)
+	$(PY) -m pytest
+
+test: lint pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis runs

@@ -1,0 +1,244 @@
+"""Experiment configuration: pydantic v2 models, YAML loading, dotted overrides, hashing.
+
+One `ExperimentConfig` describes a whole experiment: dataset, client partition,
+label-noise scene, model, training budget, method and tracking. Unknown keys are
+rejected everywhere so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fedcore.errors import ConfigError
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(Strict):
+    name: str = "digits"
+    root: str | None = Field(None, description="local path or s3://bucket/prefix holding the dataset files")
+    cache_dir: str = Field(".fedcore-cache", description="where s3:// data is staged locally")
+    test_fraction: float = Field(0.25, gt=0.0, lt=1.0, description="held-out split for datasets without one")
+    image_size: int | None = Field(None, ge=8, description="resize images (folder datasets) to this side")
+    max_train: int | None = Field(None, ge=1, description="cap on training samples (quick runs)")
+    params: dict[str, Any] = Field(default_factory=dict, description="dataset-specific options")
+
+
+PartitionKind = Literal["iid", "dirichlet", "bernoulli_dirichlet", "shards", "quantity", "natural", "label_sets"]
+
+
+class PartitionConfig(Strict):
+    kind: PartitionKind = "dirichlet"
+    num_clients: int = Field(10, ge=1)
+    alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration (dirichlet, bernoulli_dirichlet)")
+    min_size: int = Field(10, ge=0, description="resample until every client holds at least this many")
+    p: float = Field(1.0, gt=0.0, le=1.0, description="bernoulli_dirichlet: probability a client holds a class")
+    shards_per_client: int = Field(2, ge=1)
+    beta: float = Field(0.5, gt=0.0, description="quantity skew: client sizes ~ Dir(beta)")
+
+
+RateKind = Literal["fixed", "uniform", "linspace", "fedcorr"]
+
+
+class RateConfig(Strict):
+    kind: RateKind = "fixed"
+    value: float = Field(0.4, ge=0.0, le=1.0, description="fixed rate")
+    min: float = Field(0.0, ge=0.0, le=1.0)
+    max: float = Field(1.0, ge=0.0, le=1.0)
+    rho: float = Field(0.6, ge=0.0, le=1.0, description="fedcorr: probability a client is noisy")
+    tau: float = Field(0.5, ge=0.0, le=1.0, description="fedcorr: noisy level ~ U(tau, 1)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RateConfig:
+        if self.min > self.max:
+            raise ValueError(f"rate.min ({self.min}) must be <= rate.max ({self.max})")
+        return self
+
+
+NoiseType = Literal["none", "symmetric", "pairflip", "asymmetric", "mixed", "real", "missing", "extra", "flip"]
+SINGLE_LABEL_NOISE = ("symmetric", "pairflip", "asymmetric")
+MULTI_LABEL_NOISE = ("missing", "extra", "flip")
+
+
+class NoiseConfig(Strict):
+    type: NoiseType = "symmetric"
+    scope: Literal["globalized", "localized"] = "globalized"
+    noisy_client_fraction: float = Field(1.0, ge=0.0, le=1.0, description="phi: fraction of noisy clients")
+    num_noisy_clients: int | None = Field(None, ge=0, description="exact count; overrides the fraction")
+    rate: RateConfig = Field(default_factory=RateConfig)
+    mixed_types: list[Literal["symmetric", "pairflip", "asymmetric"]] = Field(
+        default_factory=lambda: ["symmetric", "pairflip", "asymmetric"]
+    )
+    clean_cover: bool = Field(False, description="pick clean clients that together hold every class")
+    min_per_class: int = Field(1, ge=1, description="clean_cover: samples per class the clean clients hold")
+
+    @model_validator(mode="after")
+    def _types(self) -> NoiseConfig:
+        if self.type == "mixed" and not self.mixed_types:
+            raise ValueError("noise.mixed_types must list at least one type when noise.type is 'mixed'")
+        return self
+
+
+class ModelConfig(Strict):
+    name: str = "mlp"
+    weights: str | None = Field(None, description="local path or s3:// file with pretrained weights")
+    width: int = Field(128, ge=1, description="hidden width for mlp/cnn")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrainConfig(Strict):
+    rounds: int = Field(50, ge=0, description="rounds of the main ('train') stage")
+    stage_rounds: dict[str, int] = Field(default_factory=dict, description="per-stage round budgets")
+    client_fraction: float = Field(1.0, gt=0.0, le=1.0)
+    warmup_rounds: int = Field(0, ge=0, description="first rounds visit every client once, no replacement")
+    local_epochs: int = Field(1, ge=0)
+    local_steps: int | None = Field(None, ge=1, description="fixed local steps; overrides local_epochs")
+    batch_size: int = Field(32, ge=1)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(0.05, gt=0.0)
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(5e-4, ge=0.0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    eval_every: int = Field(1, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="0 = only at stage ends")
+    early_stop_patience: int = Field(0, ge=0, description="evaluations without improvement; 0 = off")
+    augment: Literal["none", "weak"] = Field("none", description="augmentation for plain local training")
+    memorization: bool = Field(True, description="score memorization of noisy training labels at eval")
+
+
+class MethodConfig(Strict):
+    name: str = "fedavg"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrackingConfig(Strict):
+    backend: Literal["mlflow", "none"] = "none"
+    uri: str | None = Field(None, description="MLflow tracking URI; default: sqlite file under the run dir")
+    experiment: str = "fedcore"
+    artifact_location: str | None = Field(None, description="local dir or s3:// prefix for new experiments")
+    run_name: str | None = None
+    parent_run_id: str | None = None
+    run_id: str | None = Field(None, description="resume this run (stage components)")
+
+
+class ExperimentConfig(Strict):
+    data: DataConfig = Field(default_factory=DataConfig)
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    noise: NoiseConfig = Field(default_factory=NoiseConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    method: MethodConfig = Field(default_factory=MethodConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> ExperimentConfig:
+        if self.noise.scope == "localized" and self.partition.num_clients < 2 and self.partition.kind == "iid":
+            raise ValueError("noise.scope 'localized' needs a non-IID partition over several clients")
+        n = self.noise.num_noisy_clients
+        if n is not None and n > self.partition.num_clients:
+            raise ValueError(
+                f"noise.num_noisy_clients ({n}) exceeds partition.num_clients ({self.partition.num_clients})"
+            )
+        return self
+
+    # -- serialisation ---------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def config_hash(self, sections: tuple[str, ...] | None = None) -> str:
+        """Stable 16-hex digest of the config (or of some sections), independent of key order.
+
+        Tracking settings never change results, so they are left out of the default hash.
+        """
+        d = self.to_dict()
+        keys = sections or tuple(k for k in d if k != "tracking")
+        payload = json.dumps({k: d[k] for k in keys}, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def data_hash(self) -> str:
+        """Digest of what determines the FederatedDataset (data, partition, noise, seed)."""
+        return self.config_hash(("data", "partition", "noise", "seed"))
+
+
+# -- loading ---------------------------------------------------------------------------
+
+
+def _format_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "config"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key (check the spelling; `fedcore config show` lists valid keys)"
+    extra = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    return f"invalid config at '{loc}': {msg}{extra}"
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    """Apply `a.b.c=value` overrides (values parsed as YAML) to a nested dict, in place."""
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like key.path=value, e.g. noise.rate.max=0.9")
+        key, raw = item.split("=", 1)
+        parts = [p for p in key.strip().split(".") if p]
+        if not parts:
+            raise ConfigError(f"override '{item}' has an empty key")
+        node = data
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = node[p] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override '{item}': '{p}' is a value, not a section")
+            node = nxt
+        node[parts[-1]] = _parse_value(raw)
+    return data
+
+
+def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
+    data = apply_overrides(json.loads(json.dumps(data or {})), overrides)
+    try:
+        cfg = ExperimentConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None
+    from fedcore.methods.registry import validate_method_config
+
+    validate_method_config(cfg)
+    return cfg
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Load a YAML config file, apply dotted overrides, validate everything."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file '{p}' not found; pass a YAML file such as configs/quickstart.yaml")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file '{p}' is not valid YAML{where}; fix the syntax") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{p}' must hold a mapping of sections (data, partition, noise, ...)")
+    return config_from_dict(data, overrides)

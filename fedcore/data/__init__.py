@@ -1,0 +1,1 @@
+"""Datasets, client partitions, label-noise scenes and the FederatedDataset artifact."""

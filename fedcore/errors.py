@@ -1,0 +1,38 @@
+"""User-facing errors.
+
+Anything a user can cause (bad config, missing files, bad URI, corrupt artifact,
+unreachable server) raises a `UserError` subclass whose message says what to do.
+The CLI prints it on one line and exits with code 2; bugs stay loud tracebacks.
+"""
+
+
+class UserError(Exception):
+    """An error caused by user input; the message must say how to fix it."""
+
+
+class ConfigError(UserError):
+    """Invalid experiment configuration."""
+
+
+class DataError(UserError):
+    """Missing or malformed dataset files."""
+
+
+class ArtifactError(UserError):
+    """A saved artifact is missing, truncated, tampered or from an incompatible version."""
+
+
+class StorageError(UserError):
+    """A storage URI cannot be read or written."""
+
+
+class TrackingError(UserError):
+    """The tracking server cannot be reached or refused a request."""
+
+
+class GroundTruthAccessError(AttributeError):
+    """Raised when method-facing code tries to read ground truth (y_true, noise flags).
+
+    It subclasses AttributeError so `hasattr(view, "y_true")` is False, yet a
+    direct read fails loudly: methods must never see ground truth.
+    """

@@ -1,0 +1,5 @@
+"""Shared pytest setup. Fixture modules live in tests/fixtures/ and are loaded as plugins."""
+
+pytest_plugins = [
+    "tests.fixtures.common",
+]
