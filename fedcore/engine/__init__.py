@@ -1,0 +1,1 @@
+"""The method-agnostic federated round loop. Nothing here knows any method by name."""
