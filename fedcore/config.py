@@ -71,7 +71,9 @@ MULTI_LABEL_NOISE = ("missing", "extra", "flip")
 class NoiseConfig(Strict):
     type: NoiseType = "symmetric"
     scope: Literal["globalized", "localized"] = "globalized"
-    noisy_client_fraction: float = Field(1.0, ge=0.0, le=1.0, description="phi: fraction of noisy clients")
+    noisy_client_fraction: float = Field(
+        1.0, ge=0.0, le=1.0, description="phi: fraction of noisy clients (`noise.phi` is accepted as an alias)"
+    )
     num_noisy_clients: int | None = Field(None, ge=0, description="exact count; overrides the fraction")
     rate: RateConfig = Field(default_factory=RateConfig)
     mixed_types: list[Literal["symmetric", "pairflip", "asymmetric"]] = Field(
@@ -216,8 +218,21 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
     return data
 
 
+# Short names from the papers, accepted in YAML and overrides: (section, alias) -> field.
+ALIASES = {("noise", "phi"): "noisy_client_fraction"}
+
+
+def _normalize_aliases(data: dict[str, Any]) -> dict[str, Any]:
+    for (section, alias), target in ALIASES.items():
+        sec = data.get(section)
+        if isinstance(sec, dict) and alias in sec:
+            sec[target] = sec.pop(alias)
+    return data
+
+
 def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
-    data = apply_overrides(json.loads(json.dumps(data or {})), overrides)
+    data = _normalize_aliases(json.loads(json.dumps(data or {})))
+    data = _normalize_aliases(apply_overrides(data, overrides))
     try:
         cfg = ExperimentConfig.model_validate(data)
     except ValidationError as err:

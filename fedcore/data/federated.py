@@ -1,0 +1,247 @@
+"""The FederatedDataset artifact: tensors, client index arrays, labels, test split, metadata.
+
+Saved as a versioned directory:
+
+    data.pt        x_train, working labels, x_test, y_test, client indices (no ground truth)
+    truth.pt       y_true, noise flags, per-client rates (only metrics read this)
+    scene.json     the human-readable noise-scene report
+    manifest.json  format version, fedcore version, config hash, sha256 of every file
+
+`load` verifies every checksum and refuses a tampered or truncated artifact. Methods
+get a `FederatedView`, which carries no ground truth at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import fedcore
+from fedcore.config import ExperimentConfig
+from fedcore.errors import ArtifactError
+
+FORMAT_VERSION = 1
+FILES = ("data.pt", "truth.pt", "scene.json")
+
+
+@dataclass
+class GroundTruth:
+    """What only metrics may read. Arrays over training samples (N,) or clients (K,)."""
+
+    y_true: np.ndarray
+    is_noisy_sample: np.ndarray
+    is_noisy_client: np.ndarray
+    noise_type: list[str]
+    target_rate: np.ndarray
+    realized_rate: np.ndarray
+    y_true_known: np.ndarray | None = None
+
+
+@dataclass
+class FederatedDataset:
+    x_train: torch.Tensor  # uint8 (N, C, H, W)
+    y_train: torch.Tensor  # working (possibly noisy) labels: int64 (N,) or uint8 (N, C)
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    client_indices: list[np.ndarray]
+    truth: GroundTruth
+    meta: dict[str, Any]
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    # -- convenience ---------------------------------------------------------------------
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_indices)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.meta["num_classes"])
+
+    @property
+    def task(self) -> str:
+        return str(self.meta["task"])
+
+    def view(self) -> FederatedView:
+        """The method-facing view: inputs and working labels only."""
+        return FederatedView(self)
+
+    # -- persistence -----------------------------------------------------------------------
+    def save(self, out: str | Path) -> Path:
+        """Write the artifact atomically (temp dir, then rename); returns the directory."""
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        try:
+            torch.save(
+                {"x_train": self.x_train, "y_train": self.y_train, "x_test": self.x_test, "y_test": self.y_test,
+                 "client_indices": [torch.from_numpy(np.asarray(p, dtype=np.int64)) for p in self.client_indices]},
+                tmp / "data.pt",
+            )
+            torch.save(_truth_to_tensors(self.truth), tmp / "truth.pt")
+            from fedcore.data.report import scene_report
+
+            (tmp / "scene.json").write_text(json.dumps(scene_report(self), indent=2))
+            self.manifest = {
+                "format_version": FORMAT_VERSION,
+                "fedcore_version": fedcore.__version__,
+                "config_hash": self.meta.get("config_hash"),
+                "data_hash": self.meta.get("data_hash"),
+                "meta": self.meta,
+                "files": {name: sha256_file(tmp / name) for name in FILES},
+            }
+            (tmp / "manifest.json").write_text(json.dumps(self.manifest, indent=2, sort_keys=True))
+            _replace_dir(tmp, out)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return out
+
+    @property
+    def sha256(self) -> str:
+        """Checksum of the data file: identifies the artifact in tracking params."""
+        return str(self.manifest.get("files", {}).get("data.pt", ""))
+
+    @classmethod
+    def load(cls, path: str | Path) -> FederatedDataset:
+        """Load and verify an artifact directory (or s3:// prefix)."""
+        path = _local_artifact_dir(str(path))
+        manifest = _read_manifest(path)
+        for name, digest in manifest["files"].items():
+            f = path / name
+            if not f.is_file():
+                raise ArtifactError(f"artifact '{path}' is missing {name}; re-create it with `fedcore data prepare`")
+            actual = sha256_file(f)
+            if actual != digest:
+                raise ArtifactError(
+                    f"artifact '{path}' is corrupt: {name} sha256 {actual[:12]}… != manifest {digest[:12]}…; "
+                    "re-create it with `fedcore data prepare`"
+                )
+        try:
+            data = torch.load(path / "data.pt", weights_only=True)
+            truth = _truth_from_tensors(torch.load(path / "truth.pt", weights_only=True))
+        except Exception as err:  # checksums matched, so this is a version/format problem
+            raise ArtifactError(f"artifact '{path}' cannot be read ({type(err).__name__}); re-create it") from None
+        return cls(
+            x_train=data["x_train"], y_train=data["y_train"], x_test=data["x_test"], y_test=data["y_test"],
+            client_indices=[t.numpy() for t in data["client_indices"]], truth=truth,
+            meta=manifest["meta"], manifest=manifest,
+        )
+
+
+class FederatedView:
+    """What a method may see: inputs, working labels, client index arrays, and metadata.
+
+    Ground truth is not stored here; reading a ground-truth name raises
+    `GroundTruthAccessError` so a method that tries finds out immediately.
+    """
+
+    _FORBIDDEN = frozenset({"truth", "y_true", "is_noisy_sample", "is_noisy_client", "noise_type",
+                            "target_rate", "realized_rate", "y_true_known"})
+    __slots__ = ("x_train", "y_train", "client_indices", "num_classes", "task", "meta")
+
+    def __init__(self, fed: FederatedDataset) -> None:
+        self.x_train = fed.x_train
+        self.y_train = fed.y_train
+        self.client_indices = [np.asarray(p) for p in fed.client_indices]
+        self.num_classes = fed.num_classes
+        self.task = fed.task
+        meta = {k: v for k, v in fed.meta.items() if k not in ("histogram_noisy",)}
+        self.meta = meta
+
+    def __getattr__(self, name: str) -> Any:
+        from fedcore.errors import GroundTruthAccessError
+
+        if name in FederatedView._FORBIDDEN:
+            raise GroundTruthAccessError(f"methods cannot read ground truth ('{name}'); only metrics may")
+        raise AttributeError(name)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_indices)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    # Swap in the new directory; the old one is removed only after the new one is in place,
+    # so an interrupted save never leaves `out` half-written.
+    if out.exists():
+        if not (out / "manifest.json").is_file() and any(out.iterdir()):
+            raise ArtifactError(f"'{out}' exists and is not a fedcore artifact; choose another --out")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    mf = path / "manifest.json"
+    if not mf.is_file():
+        raise ArtifactError(f"'{path}' is not a FederatedDataset artifact (no manifest.json); run `fedcore data prepare`")
+    try:
+        manifest = json.loads(mf.read_text())
+        files = manifest["files"]
+        version = manifest["format_version"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ArtifactError(f"artifact '{path}' has a corrupt manifest.json; re-create it") from None
+    if version != FORMAT_VERSION:
+        raise ArtifactError(f"artifact '{path}' has format {version}; this fedcore reads {FORMAT_VERSION}; re-create it")
+    if set(files) != set(FILES):
+        raise ArtifactError(f"artifact '{path}' manifest lists {sorted(files)}, expected {list(FILES)}")
+    return manifest
+
+
+def _local_artifact_dir(uri: str) -> Path:
+    if uri.startswith("s3://"):
+        from fedcore.storage import stage_prefix
+
+        return stage_prefix(uri, Path(os.environ.get("FEDCORE_CACHE", ".fedcore-cache")))
+    return Path(uri)
+
+
+def _truth_to_tensors(t: GroundTruth) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "y_true": torch.from_numpy(np.ascontiguousarray(t.y_true)),
+        "is_noisy_sample": torch.from_numpy(np.ascontiguousarray(t.is_noisy_sample)),
+        "is_noisy_client": torch.from_numpy(np.ascontiguousarray(t.is_noisy_client)),
+        "target_rate": torch.from_numpy(np.asarray(t.target_rate, dtype=np.float64)),
+        "realized_rate": torch.from_numpy(np.asarray(t.realized_rate, dtype=np.float64)),
+        "noise_type": list(t.noise_type),
+    }
+    if t.y_true_known is not None:
+        d["y_true_known"] = torch.from_numpy(np.ascontiguousarray(t.y_true_known))
+    return d
+
+
+def _truth_from_tensors(d: dict[str, Any]) -> GroundTruth:
+    known = d.get("y_true_known")
+    return GroundTruth(
+        y_true=d["y_true"].numpy(), is_noisy_sample=d["is_noisy_sample"].numpy(),
+        is_noisy_client=d["is_noisy_client"].numpy(), noise_type=list(d["noise_type"]),
+        target_rate=d["target_rate"].numpy(), realized_rate=d["realized_rate"].numpy(),
+        y_true_known=None if known is None else known.numpy(),
+    )
+
+
+def build_federated_dataset(cfg: ExperimentConfig) -> FederatedDataset:
+    """Load the dataset, partition it among clients and inject the configured noise scene."""
+    from fedcore.data.build import build
+
+    return build(cfg)

@@ -1,0 +1,1 @@
+"""Federated methods: one file per method, registered by name."""

@@ -1,0 +1,88 @@
+"""Method registry: `@register("name", params=ParamsModel)` on a method class.
+
+Methods are discovered by importing every module in `fedcore.methods`, so adding a
+method is adding one file. No `if name == ...` chains anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from fedcore.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
+
+
+class MethodParams(BaseModel):
+    """Base for method params: unknown keys are rejected like everywhere else in the config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    cls: type
+    params: type[MethodParams]
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+_NOT_METHODS = {"base", "registry", "common"}
+
+
+def register(name: str, params: type[MethodParams] = MethodParams):
+    def deco(cls: type) -> type:
+        if name in _REGISTRY and _REGISTRY[name].cls is not cls:
+            raise ValueError(f"method '{name}' registered twice")
+        _REGISTRY[name] = MethodSpec(name, cls, params)
+        cls.name = name
+        return cls
+
+    return deco
+
+
+def _discover() -> None:
+    import fedcore.methods as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name not in _NOT_METHODS and not info.name.startswith("_"):
+            importlib.import_module(f"fedcore.methods.{info.name}")
+
+
+def available_methods() -> list[str]:
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def get_method(name: str) -> MethodSpec:
+    _discover()
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown method '{name}' at 'method.name'; choose one of {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def parse_params(spec: MethodSpec, raw: dict[str, Any]) -> MethodParams:
+    try:
+        return spec.params.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ConfigError(f"invalid config at 'method.params.{loc}': {msg} (method '{spec.name}')") from None
+
+
+def validate_method_config(cfg: ExperimentConfig) -> MethodParams:
+    spec = get_method(cfg.method.name)
+    return parse_params(spec, cfg.method.params)
+
+
+def build_method(cfg: ExperimentConfig) -> Any:
+    """Instantiate the configured method with validated params."""
+    spec = get_method(cfg.method.name)
+    return spec.cls(cfg, parse_params(spec, cfg.method.params))

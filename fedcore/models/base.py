@@ -1,0 +1,126 @@
+"""The `FedModel` contract, the model registry and `build_model`.
+
+Every model splits into a backbone (`features`) and a linear head (`head`) because the
+methods need both halves: representation regularizers, spectral identification and vMF
+geometry read the features, while the losses read the logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedcore.config import ModelConfig
+from fedcore.errors import ConfigError
+
+
+class FedModel(nn.Module):
+    """Backbone + head. Subclasses set `feature_dim` and `head_prefixes`.
+
+    features(x): (B, C_in, H, W) -> (B, feature_dim); head(z): (B, feature_dim) -> (B, num_classes).
+    """
+
+    feature_dim: int
+    head_prefixes: tuple[str, ...] = ("classifier.",)
+    model_name: str = ""
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def head(self, z: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+    def head_keys(self) -> tuple[str, ...]:
+        """State-dict key prefixes owned by the head (re-initialized when pretrained shapes differ)."""
+        return self.head_prefixes
+
+    def adapt_state_dict(self, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Hook for pretrained files: reshape what can be reshaped (first conv, positions)."""
+        return sd
+
+
+Factory = Callable[[ModelConfig, tuple[int, int, int], int], FedModel]
+_REGISTRY: dict[str, Factory] = {}
+
+
+def register_model(name: str) -> Callable[[Factory], Factory]:
+    """Register `fn(cfg, in_shape, num_classes) -> FedModel` under `name`."""
+
+    def deco(fn: Factory) -> Factory:
+        if name in _REGISTRY:
+            raise ValueError(f"model '{name}' registered twice")
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+def available_models() -> list[str]:
+    _import_builtin()
+    return sorted(_REGISTRY)
+
+
+def build_model(
+    cfg: ModelConfig, in_shape: tuple[int, int, int], num_classes: int, seed: int = 0
+) -> FedModel:
+    """Build the model named in `cfg` on the CPU, initialized deterministically from `seed`.
+
+    in_shape: (C, H, W) of one input. Pretrained weights come only from `cfg.weights`.
+    """
+    _import_builtin()
+    if cfg.name not in _REGISTRY:
+        raise ConfigError(f"unknown model '{cfg.name}'; choose one of: {', '.join(sorted(_REGISTRY))}")
+    if len(in_shape) != 3 or num_classes < 1:
+        raise ValueError(f"in_shape must be (C, H, W) and num_classes >= 1, got {in_shape}, {num_classes}")
+    # Torchvision initializes from the global RNG; forking it keeps the caller's stream
+    # untouched while making the init a pure function of `seed`.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = _REGISTRY[cfg.name](cfg, tuple(in_shape), num_classes)
+    model.model_name = cfg.name
+    if cfg.weights:
+        from fedcore.models.weights import load_weights
+
+        load_weights(model, cfg.weights)
+    return model
+
+
+def model_params(cfg: ModelConfig, defaults: dict[str, Any]) -> dict[str, Any]:
+    """cfg.params merged over `defaults`; unknown keys are a ConfigError."""
+    unknown = sorted(set(cfg.params) - set(defaults))
+    if unknown:
+        allowed = ", ".join(sorted(defaults)) or "none"
+        raise ConfigError(f"model '{cfg.name}' has no params {unknown}; allowed: {allowed}")
+    return {**defaults, **cfg.params}
+
+
+NORMS = ("batch", "group", "none")
+
+
+def norm_layer(kind: str, model: str) -> Callable[[int], nn.Module]:
+    """Factory `channels -> normalization module` for `model.params.norm`."""
+    if kind == "batch":
+        return nn.BatchNorm2d
+    if kind == "group":
+        return lambda c: nn.GroupNorm(_groups(c), c)
+    if kind == "none":
+        return lambda c: nn.Identity()
+    raise ConfigError(f"model '{model}': params.norm must be one of {', '.join(NORMS)}, got '{kind}'")
+
+
+def _groups(channels: int) -> int:
+    # 32 groups is the GroupNorm paper default; narrow layers fall back to a divisor.
+    for g in (32, 16, 8, 4, 2):
+        if channels % g == 0 and channels // g >= 2:
+            return g
+    return 1
+
+
+def _import_builtin() -> None:
+    from fedcore.models import resnet, small, vit  # noqa: F401  (registration side effects)
