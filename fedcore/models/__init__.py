@@ -1,0 +1,7 @@
+"""Models: every one is a `FedModel` with `features(x)` and `head(z)`; built by name via `build_model`."""
+
+from fedcore.models.base import FedModel, available_models, build_model, register_model
+from fedcore.models.device import resolve_device
+from fedcore.models.weights import load_weights
+
+__all__ = ["FedModel", "available_models", "build_model", "load_weights", "register_model", "resolve_device"]
