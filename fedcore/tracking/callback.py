@@ -1,0 +1,156 @@
+"""Engine callback that records a run through a Tracker: params, per-round metrics, artifacts."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedcore.engine.callbacks import Callback
+from fedcore.errors import TrackingError
+from fedcore.tracking.base import check_metrics, run_name_for, run_params, split_finite, standard_tags
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
+    from fedcore.tracking.base import Tracker
+
+log = logging.getLogger(__name__)
+ROOT_OUTPUTS = ("history.csv", "metrics.json")
+REPORT_PATTERNS = ("*.png", "*.json")
+
+
+class TrackingCallback(Callback):
+    """Logs one engine run to `tracker`.
+
+    keep_open: leave the run RUNNING at the end, for pipeline stage components whose
+    successor resumes it by id (cfg.tracking.run_id); the last stage passes False.
+    Call `fail()` when the run dies so it ends FAILED instead of staying RUNNING.
+    """
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        cfg: ExperimentConfig,
+        data_sha256: str | None = None,
+        keep_open: bool = False,
+    ) -> None:
+        self.tracker = tracker
+        self.cfg = cfg
+        self.data_sha256 = data_sha256
+        self.keep_open = keep_open
+        self.run_id: str | None = None
+        self._open = False  # run ids alone cannot tell: NullTracker gives every run the same id
+        self._last_round = 0
+        self._stage: str | None = None
+        self._nonfinite: dict[str, int] = {}
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def on_run_start(self, info: dict[str, Any]) -> None:
+        t = self.cfg.tracking
+        # Inside an open (parent) run with nothing configured, become its child: the local sweep case.
+        nested = t.run_id is None and t.parent_run_id is None and self.tracker.run_id is not None
+        self.run_id = self.tracker.start(
+            t.run_name or run_name_for(self.cfg),
+            standard_tags(self.cfg),
+            parent_run_id=t.parent_run_id,
+            run_id=t.run_id,
+            nested=nested,
+        )
+        self._open = True
+        self._log_params()
+        self.tracker.log_dict(self.cfg.to_dict(), "config.yaml")
+
+    def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
+        self._last_round = rnd
+        if stage != self._stage:
+            self._stage = stage
+            self.tracker.set_tags({"stage": stage})
+        finite, bad = split_finite(check_metrics(metrics, rnd))
+        if finite:
+            self.tracker.log_metrics(finite, step=rnd)
+        if bad:
+            self._record_nonfinite(stage, rnd, bad)
+
+    def on_stage_end(self, stage: str, rnd: int, checkpoint: Path | None) -> None:
+        self._last_round = max(self._last_round, rnd)
+        if checkpoint is not None:
+            self.tracker.log_artifact(checkpoint, f"checkpoints/{stage}")
+
+    def on_run_end(self, summary: dict[str, float], out_dir: Path) -> None:
+        finite, bad = split_finite(check_metrics(summary, self._last_round))
+        if finite:
+            self.tracker.log_metrics(finite, step=self._last_round)
+        if bad:
+            self._record_nonfinite("summary", self._last_round, bad)
+        self._log_outputs(Path(out_dir))
+        if not self.keep_open:
+            self._end("FINISHED")
+
+    def fail(self, error: BaseException | str | None = None) -> None:
+        """End the run as FAILED, recording the error; never raises over the original failure."""
+        if not self._open:
+            return
+        try:
+            if error is not None:
+                text = " ".join(str(error).split()) or type(error).__name__
+                self.tracker.set_tags({"error": text[:1000]})
+            self._end("FAILED")
+        except TrackingError as exc:
+            log.warning("could not mark run %s as failed: %s", self.run_id, exc)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _end(self, status: str) -> None:
+        if self._open and self.tracker.run_id == self.run_id:
+            self.tracker.end(status)
+            self._open = False
+
+    def _log_params(self) -> None:
+        """Log params, skipping ones a resumed run already holds; changed values become tags.
+
+        MLflow refuses to change a logged param, yet resuming with an edited config (say, more
+        rounds) is legitimate, so the new value is kept visible as `changed_param.<key>`.
+        """
+        params = run_params(self.cfg, self.data_sha256)
+        known = self.tracker.logged_params()
+        self.tracker.log_params({k: v for k, v in params.items() if k not in known})
+        changed = {k: v for k, v in params.items() if k in known and known[k] != v}
+        if changed:
+            log.warning("resumed run %s: params changed since it started: %s", self.run_id, sorted(changed))
+            self.tracker.set_tags({f"changed_param.{k}": v for k, v in changed.items()})
+
+    def _record_nonfinite(self, stage: str, rnd: int, names: list[str]) -> None:
+        # MLflow would store NaN/inf and wreck the plot axes; keep a count to show they happened.
+        self._nonfinite[stage] = self._nonfinite.get(stage, 0) + len(names)
+        last = f"round {rnd}: {', '.join(sorted(names))}"
+        self.tracker.set_tags(
+            {f"nonfinite_metrics.{stage}": str(self._nonfinite[stage]), "nonfinite_metrics.last": last[:1000]}
+        )
+
+    def _log_outputs(self, out_dir: Path) -> None:
+        model = out_dir / "model.pt"
+        if model.is_file():
+            self._log_model(model)
+        for name in ROOT_OUTPUTS:
+            if (out_dir / name).is_file():
+                self.tracker.log_artifact(out_dir / name)
+        reports = {p for pattern in REPORT_PATTERNS for p in out_dir.glob(pattern)}
+        for path in sorted(p for p in reports if p.name not in ROOT_OUTPUTS and p.is_file()):
+            self.tracker.log_artifact(path, "reports")
+
+    def _log_model(self, path: Path) -> None:
+        import pickle
+
+        import torch
+
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError) as exc:
+            # Not a plain tensor dict (custom objects inside): upload the file as it is.
+            log.warning("model.pt is not a plain state_dict (%s); uploading the raw file", exc)
+            state = None
+        if isinstance(state, dict):
+            self.tracker.log_state_dict(state, "model")
+        else:
+            self.tracker.log_artifact(path, "model")

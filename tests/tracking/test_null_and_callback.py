@@ -1,0 +1,179 @@
+"""NullTracker's checks, make_tracker, and TrackingCallback's logic against a recording tracker."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedcore.config import ExperimentConfig, TrackingConfig
+from fedcore.tracking import NullTracker, Tracker, make_tracker, run_params
+from fedcore.tracking.callback import TrackingCallback
+from fedcore.tracking.null import NULL_RUN_ID
+
+
+class RecordingTracker(NullTracker):
+    """NullTracker (so inputs are still checked) that remembers what it was asked to log."""
+
+    def __init__(self, known_params: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+        self._known = known_params or {}
+
+    def start(self, run_name, tags, parent_run_id=None, run_id=None, nested=False):
+        rid = super().start(run_name, tags, parent_run_id, run_id, nested)
+        self._params[rid].update(self._known)
+        self.calls.append(("start", run_name, parent_run_id, run_id, nested))
+        return rid
+
+    def log_params(self, params):
+        super().log_params(params)
+        self.calls.append(("params", dict(params)))
+
+    def log_metrics(self, metrics, step):
+        super().log_metrics(metrics, step)
+        self.calls.append(("metrics", step, dict(metrics)))
+
+    def set_tags(self, tags):
+        super().set_tags(tags)
+        self.calls.append(("tags", dict(tags)))
+
+    def log_artifact(self, local_path, artifact_path=None):
+        super().log_artifact(local_path, artifact_path)
+        self.calls.append(("artifact", Path(local_path).name, artifact_path))
+
+    def log_state_dict(self, state_dict, artifact_path):
+        super().log_state_dict(state_dict, artifact_path)
+        self.calls.append(("state_dict", sorted(state_dict), artifact_path))
+
+    def end(self, status="FINISHED"):
+        super().end(status)
+        self.calls.append(("end", status))
+
+    def of(self, kind: str) -> list[tuple]:
+        return [c[1:] for c in self.calls if c[0] == kind]
+
+
+def make_cfg(**tracking) -> ExperimentConfig:
+    return ExperimentConfig.model_validate({"method": {"name": "fedgr"}, "tracking": tracking})
+
+
+def test_null_tracker_lifecycle_and_checks(tmp_path):
+    t = NullTracker()
+    assert isinstance(t, Tracker)
+    with pytest.raises(RuntimeError, match="start"):
+        t.log_metrics({"a": 1.0}, step=0)
+
+    assert t.start("r", {"k": "v"}) == NULL_RUN_ID
+    assert t.start("again", {}, run_id="abc") == "abc"
+    t.log_params({"lr": 0.1})
+    assert t.logged_params() == {"lr": "0.1"}
+    with pytest.raises(TypeError, match="step"):
+        t.log_metrics({"a": 1.0}, step=-1)
+    with pytest.raises(ValueError):
+        t.log_metrics({"a": "high"}, step=0)
+    with pytest.raises(FileNotFoundError):
+        t.log_artifact(tmp_path / "missing.txt")
+    with pytest.raises(TypeError, match="state_dict"):
+        t.log_state_dict(torch.nn.Linear(2, 2), "model")
+    with pytest.raises(ValueError, match="status"):
+        t.end("DONE")
+    t.end()
+    assert t.run_id == NULL_RUN_ID
+    t.end("FAILED")
+    assert t.run_id is None
+
+
+def test_null_tracker_nested_needs_a_parent():
+    with pytest.raises(RuntimeError, match="parent"):
+        NullTracker().start("child", {}, nested=True)
+
+
+def test_make_tracker_none_backend(tmp_path):
+    assert isinstance(make_tracker(TrackingConfig(backend="none"), tmp_path), NullTracker)
+
+
+def _write_outputs(out: Path) -> None:
+    torch.save({"w": torch.ones(2)}, out / "model.pt")
+    (out / "history.csv").write_text("round,test/acc\n1,0.5\n")
+    (out / "metrics.json").write_text(json.dumps({"final/acc": 0.5}))
+    (out / "noise_report.json").write_text("{}")
+    (out / "noise_scene.png").write_bytes(b"\x89PNG")
+
+
+def test_callback_logs_a_whole_run(tmp_path):
+    tracker, cfg = RecordingTracker(), make_cfg(backend="mlflow")
+    cb = TrackingCallback(tracker, cfg, data_sha256="ab" * 32)
+    ckpt = tmp_path / "stage-train.pt"
+    ckpt.write_bytes(b"ckpt")
+    _write_outputs(tmp_path)
+
+    cb.on_run_start({"config": cfg, "out_dir": tmp_path, "stages": ["train"], "resumed": False})
+    cb.after_round(1, "train", {"test/acc": 0.5, "train/loss": 1.0})
+    cb.after_round(2, "train", {"test/acc": 0.6, "train/loss": 0.9})
+    cb.on_stage_end("train", 2, ckpt)
+    cb.on_run_end({"final/acc": 0.6}, tmp_path)
+
+    assert tracker.of("start") == [("fedgr · sym 0.4 · seed 0", None, None, False)]
+    assert tracker.of("params") == [(run_params(cfg, "ab" * 32),)]
+    assert [c[0] for c in tracker.of("metrics")] == [1, 2, 2]
+    assert tracker.of("metrics")[-1] == (2, {"final/acc": 0.6})
+    assert tracker.of("state_dict") == [(["w"], "model")]
+    assert tracker.of("artifact") == [
+        ("stage-train.pt", "checkpoints/train"),
+        ("history.csv", None),
+        ("metrics.json", None),
+        ("noise_report.json", "reports"),
+        ("noise_scene.png", "reports"),
+    ]
+    assert tracker.calls[-1] == ("end", "FINISHED")
+    assert tracker.run_id is None
+
+
+def test_callback_skips_nonfinite_metrics_and_counts_them(tmp_path):
+    tracker = RecordingTracker()
+    cb = TrackingCallback(tracker, make_cfg())
+    cb.on_run_start({})
+
+    cb.after_round(1, "identify", {"a": 1.0, "b": math.nan})
+    cb.after_round(2, "identify", {"a": math.inf, "b": -math.inf, "c": 3.0})
+
+    assert tracker.of("metrics") == [(1, {"a": 1.0}), (2, {"c": 3.0})]
+    assert tracker.of("tags")[-1] == (
+        {"nonfinite_metrics.identify": "3", "nonfinite_metrics.last": "round 2: a, b"},
+    )
+
+
+def test_callback_resume_skips_known_params_and_tags_changed_ones(tmp_path):
+    cfg = make_cfg(run_id="run-1")
+    params = run_params(cfg, "sha")
+    known = {**params, "train.rounds": "10"}
+    tracker = RecordingTracker(known_params=known)
+    cb = TrackingCallback(tracker, cfg, data_sha256="sha", keep_open=True)
+
+    cb.on_run_start({})
+    cb.on_run_end({}, tmp_path)
+
+    assert tracker.of("start")[0][2] == "run-1"
+    assert tracker.of("params") == [({},)]
+    assert ({"changed_param.train.rounds": params["train.rounds"]},) in tracker.of("tags")
+    assert tracker.of("end") == []
+    assert tracker.run_id == "run-1"
+
+
+def test_callback_nests_under_an_open_parent_and_fail_marks_only_its_run():
+    tracker = RecordingTracker()
+    parent = tracker.start_parent("sweep", {})
+    cb = TrackingCallback(tracker, make_cfg())
+
+    cb.on_run_start({})
+    cb.fail(ValueError("loss\nexploded"))
+    cb.fail("again")
+
+    assert tracker.of("start")[1][3] is True
+    assert ({"error": "loss exploded"},) in tracker.of("tags")
+    assert tracker.of("end") == [("FAILED",)]
+    assert tracker.run_id == parent
