@@ -163,7 +163,8 @@ class MlflowTracker:
             parent_run_id = self._stack[-1]
         if parent_run_id:
             tags[PARENT_TAG] = parent_run_id
-        run = self._call("create_run", self.client.create_run, self.experiment_id, tags=tags, run_name=run_name)
+        create = self.client.create_run
+        run = self._call("create_run", create, self.experiment_id, tags=tags, run_name=run_name)
         rid = run.info.run_id
         self._stack.append(rid)
         self._params[rid] = {}
