@@ -25,6 +25,7 @@ PARAMS_TAGS_PER_BATCH = 100  # ... and for params or tags
 PARENT_TAG = "mlflow.parentRunId"
 FIX_HINT = "start the server or fix tracking.uri / MLFLOW_TRACKING_URI"
 # Fail fast when connecting: MLflow's default (7 retries, exponential backoff) waits minutes.
+_UNREACHABLE = re.compile(r"Max retries exceeded|Failed to establish|timed out|Connection refused", re.I)
 CONNECT_ENV = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -66,6 +67,15 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _connect_message(uri: str, exc: BaseException) -> str:
+    text = str(exc)
+    if uri.startswith(("http://", "https://")) and _UNREACHABLE.search(text):
+        errno = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
+        why = f" ({errno.group(1).strip()})" if errno else ""
+        return f"cannot reach the MLflow tracking server at {uri}{why}; {FIX_HINT}"
+    return f"cannot use MLflow tracking store {uri}: {_one_line(exc)}; {FIX_HINT}"
+
+
 def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -104,9 +114,7 @@ class MlflowTracker:
             except TrackingError:
                 raise
             except Exception as exc:  # any failure here means the store is unusable
-                raise TrackingError(
-                    f"cannot use MLflow tracking store {self.uri}: {_one_line(exc)}; {FIX_HINT}"
-                ) from None
+                raise TrackingError(_connect_message(self.uri, exc)) from None
 
     def _ensure_experiment(self, name: str) -> str:
         from mlflow.exceptions import MlflowException
