@@ -2,4 +2,5 @@
 
 pytest_plugins = [
     "tests.fixtures.common",
+    "tests.fixtures.s3",
 ]

@@ -1,0 +1,305 @@
+"""The S3 side of `fedcore.storage`: the boto3 client, error translation, single objects.
+
+Use `fedcore.storage`; this module is its private half. The client honours
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_DEFAULT_REGION and a custom
+endpoint in AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or MLFLOW_S3_ENDPOINT_URL (first set wins).
+Tuning: FEDCORE_S3_ADDRESSING=path|virtual (default path with a custom endpoint),
+FEDCORE_S3_CONNECT_TIMEOUT and FEDCORE_S3_READ_TIMEOUT in seconds, FEDCORE_S3_MAX_ATTEMPTS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from fedcore.errors import ArtifactError, StorageError
+
+MB = 1024 * 1024
+SHA_KEY = "sha256"  # object metadata key holding the content's hex sha256
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL")
+_CLIENT_VARS = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION",
+    "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", *ENDPOINT_VARS, "FEDCORE_S3_ADDRESSING",
+    "FEDCORE_S3_CONNECT_TIMEOUT", "FEDCORE_S3_READ_TIMEOUT", "FEDCORE_S3_MAX_ATTEMPTS",
+)
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+_NOT_FOUND = ("404", "NotFound", "NoSuchKey", "NoSuchBucket")
+_DENIED = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken",
+           "403")
+
+
+# -- URIs --------------------------------------------------------------------------------
+
+
+def is_s3(uri: Any) -> bool:
+    return isinstance(uri, str) and uri.startswith("s3://")
+
+
+def parse_s3(uri: str) -> tuple[str, str]:
+    """Split `s3://bucket/key` into (bucket, key); the key may be empty (a bucket root)."""
+    if not is_s3(uri):
+        raise StorageError(f"'{uri}' is not an s3:// URI; write it as s3://bucket/key")
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    if not _BUCKET.match(bucket):
+        raise StorageError(f"bad bucket name '{bucket}' in '{uri}'; use s3://bucket/key with a bucket "
+                           "of 3-63 lowercase letters, digits, dots or hyphens")
+    return bucket, key
+
+
+def object_key(uri: str) -> tuple[str, str]:
+    """(bucket, key) of a URI that must name one object, not a prefix."""
+    bucket, key = parse_s3(uri)
+    if not key or key.endswith("/"):
+        raise StorageError(f"'{uri}' names a prefix, not an object; add the key, e.g. s3://{bucket}/file")
+    return bucket, key
+
+
+def dir_key(key: str) -> str:
+    # "data/mnist" must not match "data/mnist2/...", so a prefix always ends at a '/'.
+    return key if not key or key.endswith("/") else key + "/"
+
+
+def join(uri: str, rel: str) -> str:
+    return uri.rstrip("/") + "/" + rel
+
+
+# -- the client --------------------------------------------------------------------------
+
+
+def endpoint_url() -> str | None:
+    """The custom S3 endpoint from the environment, or None for AWS itself."""
+    return next((os.environ[v] for v in ENDPOINT_VARS if os.environ.get(v)), None)
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise StorageError(f"{name}='{raw}' is not a number; set seconds (or a count) or unset it") from None
+
+
+def client() -> Any:
+    """A boto3 S3 client for the current environment (cached while the environment is unchanged)."""
+    return _make_client(tuple(os.environ.get(v) for v in _CLIENT_VARS))
+
+
+@lru_cache(maxsize=8)
+def _make_client(env: tuple[str | None, ...]) -> Any:
+    # `env` only keys the cache; the values are read from os.environ below.
+    import boto3
+    from botocore.config import Config
+
+    endpoint = endpoint_url()
+    style = os.environ.get("FEDCORE_S3_ADDRESSING") or ("path" if endpoint else "auto")
+    if style not in ("path", "virtual", "auto"):
+        raise StorageError(f"FEDCORE_S3_ADDRESSING='{style}' is invalid; set it to 'path' or 'virtual'")
+    config = Config(
+        connect_timeout=_env_number("FEDCORE_S3_CONNECT_TIMEOUT", 5.0),
+        read_timeout=_env_number("FEDCORE_S3_READ_TIMEOUT", 60.0),
+        retries={"max_attempts": int(_env_number("FEDCORE_S3_MAX_ATTEMPTS", 3)), "mode": "standard"},
+        s3={"addressing_style": style},
+    )
+    # A custom endpoint (MinIO, moto, Ceph) ignores the region, but botocore insists on one.
+    region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, region_name=region or ("us-east-1" if endpoint else None), config=config
+    )
+
+
+def transfer_config(threshold: int = 64 * MB, chunk: int = 16 * MB) -> Any:
+    from boto3.s3.transfer import TransferConfig
+
+    return TransferConfig(multipart_threshold=threshold, multipart_chunksize=chunk,
+                          preferred_transfer_client="classic")
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def _code(err: Any) -> str:
+    return str(err.response.get("Error", {}).get("Code", "unknown"))
+
+
+def _translate(err: Exception, uri: str, action: str) -> StorageError:
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, NoCredentialsError
+
+    where = endpoint_url() or "AWS S3"
+    if isinstance(err, NoCredentialsError):
+        return StorageError(f"no S3 credentials for {action} '{uri}'; "
+                            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+    if isinstance(err, ConnectionError | HTTPClientError):
+        return StorageError(f"cannot reach the S3 endpoint {where} while {action} '{uri}'; start the server "
+                            "or set AWS_ENDPOINT_URL (or MLFLOW_S3_ENDPOINT_URL) to a reachable one")
+    if not isinstance(err, ClientError):
+        return StorageError(f"S3 failed while {action} '{uri}': {str(err).splitlines()[0]}")
+    code = _code(err)
+    if code in _NOT_FOUND:
+        return missing(uri, bucket_missing=code == "NoSuchBucket")
+    if code in _DENIED:
+        return StorageError(f"S3 at {where} refused {action} '{uri}' ({code}); check AWS_ACCESS_KEY_ID, "
+                            "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) and the bucket policy")
+    msg = " ".join(str(err.response.get("Error", {}).get("Message", "")).splitlines()[:1])
+    return StorageError(f"S3 error {code} while {action} '{uri}': {msg or 'no details'}")
+
+
+def missing(uri: str, bucket_missing: bool = False) -> StorageError:
+    """The error for a URI with nothing behind it, naming the bucket when that is what is missing."""
+    bucket = parse_s3(uri)[0]
+    # A HEAD on a missing bucket answers a bare 404 too, so ask the bucket itself.
+    if bucket_missing or not bucket_exists(bucket):
+        return StorageError(f"bucket '{bucket}' does not exist at {endpoint_url() or 'AWS S3'}; "
+                            f"create it or fix the bucket in '{uri}'")
+    return StorageError(f"no object at '{uri}'; check the key (fedcore.storage.list_prefix lists a prefix)")
+
+
+@contextlib.contextmanager
+def errors(uri: str, action: str) -> Iterator[None]:
+    """Turn boto3/botocore failures inside the block into one-line StorageErrors."""
+    from boto3.exceptions import S3UploadFailedError
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except S3UploadFailedError as err:
+        # boto3 wraps the ClientError of a failed upload; report the underlying cause.
+        cause = err.__cause__ or err.__context__
+        raise _translate(cause if isinstance(cause, Exception) else err, uri, action) from None
+    except (ClientError, BotoCoreError) as err:
+        raise _translate(err, uri, action) from None
+
+
+def mismatch(uri: str, want: str, got: str) -> ArtifactError:
+    return ArtifactError(f"checksum mismatch for '{uri}': metadata sha256 {want[:12]}..., content "
+                         f"{got[:12]}...; the object was changed or corrupted, upload it again")
+
+
+# -- requests ----------------------------------------------------------------------------
+
+
+def bucket_exists(bucket: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    with errors(f"s3://{bucket}", "checking bucket"):
+        try:
+            client().head_bucket(Bucket=bucket)
+        except ClientError as err:
+            if _code(err) in _NOT_FOUND:
+                return False
+            raise
+    return True
+
+
+def head(uri: str) -> dict[str, Any] | None:
+    """The object's HEAD response, or None when no object has exactly that key."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = parse_s3(uri)
+    if not key or key.endswith("/"):
+        return None
+    with errors(uri, "checking"):
+        try:
+            return client().head_object(Bucket=bucket, Key=key)
+        except ClientError as err:
+            if _code(err) in _NOT_FOUND:
+                return None
+            raise
+
+
+def list_objects(uri: str, delimiter: str = "") -> tuple[list[dict[str, Any]], list[str]]:
+    """(objects, sub-prefixes) under the prefix `uri`, all pages; folder-marker keys are dropped."""
+    bucket, key = parse_s3(uri)
+    objects: list[dict[str, Any]] = []
+    prefixes: list[str] = []
+    with errors(uri, "listing"):
+        pages = client().get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=dir_key(key), Delimiter=delimiter)
+        for page in pages:
+            objects += [o for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+            prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+    return objects, prefixes
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a local file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(MB):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def publish(tmp: str | os.PathLike[str], dest: Path) -> None:
+    """Rename a finished temp file onto `dest` with the permissions a plain open() would give."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, dest)
+
+
+def put_file(src: Path, uri: str, threshold: int, chunk: int) -> str:
+    bucket, key = object_key(uri)
+    extra = {"Metadata": {SHA_KEY: sha256_file(src)}}
+    with errors(uri, "uploading to"):
+        client().upload_file(str(src), bucket, key, ExtraArgs=extra, Config=transfer_config(threshold, chunk))
+    return uri
+
+
+def get_file(uri: str, dest: Path) -> dict[str, Any]:
+    """Download to a temp file beside `dest`, verify size and sha256, then rename; returns the HEAD."""
+    bucket, key = object_key(uri)
+    meta = head(uri)
+    if meta is None:
+        raise missing(uri)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        with errors(uri, "downloading"):
+            client().download_file(bucket, key, tmp, Config=transfer_config())
+        size, want = os.path.getsize(tmp), meta.get("Metadata", {}).get(SHA_KEY)
+        if size != meta["ContentLength"]:
+            raise ArtifactError(f"download of '{uri}' is truncated ({size} of {meta['ContentLength']} "
+                                "bytes); retry and check free disk space")
+        if want and (got := sha256_file(tmp)) != want:
+            raise mismatch(uri, want, got)
+        publish(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return meta
+
+
+def get_bytes(uri: str) -> bytes:
+    bucket, key = object_key(uri)
+    with errors(uri, "reading"):
+        resp = client().get_object(Bucket=bucket, Key=key)
+        data = resp["Body"].read()
+    want = resp.get("Metadata", {}).get(SHA_KEY)
+    if want and (got := hashlib.sha256(data).hexdigest()) != want:
+        raise mismatch(uri, want, got)
+    return data
+
+
+def put_bytes(uri: str, data: bytes) -> str:
+    bucket, key = object_key(uri)
+    with errors(uri, "writing"):
+        client().put_object(Bucket=bucket, Key=key, Body=data,
+                            Metadata={SHA_KEY: hashlib.sha256(data).hexdigest()})
+    return uri
+
+
+def copy_object(src: str, dest: str) -> str:
+    """Server-side copy; the sha256 metadata travels with the object."""
+    (sb, sk), (db, dk) = object_key(src), object_key(dest)
+    with errors(dest, "copying to"):
+        client().copy({"Bucket": sb, "Key": sk}, db, dk, Config=transfer_config())
+    return dest

@@ -1,0 +1,275 @@
+"""Storage: local paths and s3://bucket/key URIs behind one set of functions.
+
+Every function takes either form, so callers never branch. S3 goes through boto3 (see
+`fedcore._s3` for the environment variables it honours: AWS_*, AWS_ENDPOINT_URL or
+MLFLOW_S3_ENDPOINT_URL, FEDCORE_S3_*). Uploads store a sha256 in the object metadata and
+downloads verify it. Every local write is atomic: a temp file in the same folder, then
+os.replace, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any
+
+from fedcore import _s3
+from fedcore._s3 import MB, endpoint_url, is_s3, parse_s3, sha256_file
+from fedcore.errors import StorageError
+
+__all__ = [
+    "atomic_write", "copy_to", "download_dir", "download_file", "endpoint_url", "exists", "is_s3",
+    "latest_under", "list_prefix", "parse_s3", "read_bytes", "sha256_file", "stage_prefix",
+    "upload_dir", "upload_file", "write_bytes",
+]
+
+PathOrUri = str | os.PathLike[str]
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_MANIFEST = ".fedcore-stage.json"  # ETags of staged files, so a re-stage skips unchanged ones
+_WORKERS = 8
+
+
+@contextlib.contextmanager
+def atomic_write(path: PathOrUri, mode: str = "wb", encoding: str | None = None) -> Iterator[IO[Any]]:
+    """Yield a temp file beside `path`; on success fsync it and os.replace it onto `path`.
+
+    On an exception the temp file is removed and `path` is left as it was.
+    """
+    dest = _local(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        _s3.publish(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _local(path: PathOrUri) -> Path:
+    s = os.fspath(path)
+    m = _SCHEME.match(s)
+    if m:
+        if m.group(1).lower() != "file":
+            raise StorageError(f"unsupported URI scheme '{m.group(1)}' in '{s}'; use a local path or s3://bucket/key")
+        s = s[len("file://"):]
+    return Path(s).expanduser()
+
+
+def _copy_local(src: Path, dest: Path) -> Path:
+    if not src.is_file():
+        raise StorageError(f"no file at '{src}'; check the path")
+    with open(src, "rb") as fin, atomic_write(dest) as fout:
+        shutil.copyfileobj(fin, fout, MB)
+    return dest
+
+
+def _local_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != _MANIFEST)
+
+
+def _parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        return list(pool.map(fn, items))
+
+
+def _safe_rel(rel: str, key: str) -> str:
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")):
+        raise StorageError(f"object key '{key}' cannot be mirrored into a local folder safely; rename it")
+    return rel
+
+
+# -- single files and objects ---------------------------------------------------------------
+
+
+def upload_file(local: PathOrUri, uri: str, *, multipart_threshold: int = 64 * MB,
+                chunk_size: int = 16 * MB) -> str:
+    """Upload one file (multipart above `multipart_threshold` bytes) with its sha256 in metadata.
+
+    A `uri` ending in '/' receives the file under its own name. Returns the destination.
+    """
+    src = _local(local)
+    if not src.is_file():
+        raise StorageError(f"cannot upload '{src}': no such file")
+    if not is_s3(uri):
+        dest = _local(uri)
+        return str(_copy_local(src, dest / src.name if dest.is_dir() else dest))
+    uri = uri + src.name if uri.endswith("/") else uri
+    return _s3.put_file(src, uri, multipart_threshold, chunk_size)
+
+
+def download_file(uri: PathOrUri, local: PathOrUri) -> Path:
+    """Download one object to `local` atomically; ArtifactError when its stored sha256 disagrees."""
+    dest = _local(local)
+    if not is_s3(uri):
+        return _copy_local(_local(uri), dest)
+    _s3.get_file(str(uri), dest)
+    return dest
+
+
+def read_bytes(uri_or_path: PathOrUri) -> bytes:
+    """The whole content of a file or object, checked against its stored sha256."""
+    if is_s3(uri_or_path):
+        return _s3.get_bytes(str(uri_or_path))
+    path = _local(uri_or_path)
+    if not path.is_file():
+        raise StorageError(f"no file at '{path}'; check the path")
+    return path.read_bytes()
+
+
+def write_bytes(uri_or_path: PathOrUri, data: bytes) -> str:
+    """Write `data` atomically (a renamed local temp file, or one S3 PUT); returns the destination."""
+    if is_s3(uri_or_path):
+        return _s3.put_bytes(str(uri_or_path), data)
+    path = _local(uri_or_path)
+    with atomic_write(path) as f:
+        f.write(data)
+    return str(path)
+
+
+def exists(uri_or_path: PathOrUri) -> bool:
+    """True for an existing file, folder, object, non-empty prefix, or bucket (`s3://bucket`)."""
+    if not is_s3(uri_or_path):
+        return _local(uri_or_path).exists()
+    uri = str(uri_or_path)
+    bucket, key = parse_s3(uri)
+    if not key.strip("/"):
+        return _s3.bucket_exists(bucket)
+    if _s3.head(uri) is not None:
+        return True
+    with _s3.errors(uri, "checking"):
+        resp = _s3.client().list_objects_v2(Bucket=bucket, Prefix=_s3.dir_key(key), MaxKeys=1)
+    return resp.get("KeyCount", 0) > 0
+
+
+# -- folders and prefixes -------------------------------------------------------------------
+
+
+def upload_dir(local_dir: PathOrUri, uri_prefix: str) -> list[str]:
+    """Upload every file under `local_dir` to `uri_prefix/<relative path>`; returns the destinations."""
+    root = _local(local_dir)
+    if not root.is_dir():
+        raise StorageError(f"'{root}' is not a directory; pass the folder to upload")
+    if is_s3(uri_prefix):
+        parse_s3(uri_prefix)
+    return _parallel(lambda f: upload_file(f, _s3.join(str(uri_prefix), f.relative_to(root).as_posix())),
+                     _local_files(root))
+
+
+def download_dir(uri_prefix: PathOrUri, local_dir: PathOrUri) -> Path:
+    """Download every object under `uri_prefix` to `local_dir/<relative key>`; returns `local_dir`."""
+    dest = _local(local_dir)
+    if is_s3(uri_prefix):
+        return _mirror(str(uri_prefix), dest, skip_fresh=False)
+    upload_dir(uri_prefix, str(dest))
+    return dest
+
+
+def stage_prefix(uri_prefix: PathOrUri, cache_dir: PathOrUri) -> Path:
+    """Mirror an s3:// prefix into `cache_dir/<bucket>/<prefix>` and return that folder.
+
+    Files already there with the size and ETag recorded at the last staging are skipped;
+    objects are never deleted locally. A local folder is returned as it is.
+    """
+    if not is_s3(uri_prefix):
+        root = _local(uri_prefix)
+        if not root.is_dir():
+            raise StorageError(f"'{root}' is not a directory; pass a local folder or an s3:// prefix")
+        return root
+    bucket, key = parse_s3(str(uri_prefix))
+    key = key.strip("/")
+    target = _local(cache_dir) / bucket / (_safe_rel(key, key) if key else "")
+    return _mirror(str(uri_prefix), target, skip_fresh=True)
+
+
+def _mirror(uri_prefix: str, target: Path, skip_fresh: bool) -> Path:
+    bucket, key = parse_s3(uri_prefix)
+    objects, _ = _s3.list_objects(uri_prefix)
+    if not objects:
+        raise StorageError(f"nothing under '{uri_prefix}'; upload the files first (storage.upload_dir)")
+    manifest = _read_manifest(target) if skip_fresh else {}
+
+    def fetch(obj: dict[str, Any]) -> tuple[str, str]:
+        rel = _safe_rel(obj["Key"][len(_s3.dir_key(key)):], obj["Key"])
+        dest = target / rel
+        if manifest.get(rel) == obj["ETag"] and dest.is_file() and dest.stat().st_size == obj["Size"]:
+            return rel, obj["ETag"]
+        return rel, _s3.get_file(f"s3://{bucket}/{obj['Key']}", dest)["ETag"]
+
+    etags = dict(_parallel(fetch, objects))
+    if skip_fresh:
+        with atomic_write(target / _MANIFEST, "w", encoding="utf-8") as f:
+            json.dump(etags, f, sort_keys=True)
+    return target
+
+
+def _read_manifest(target: Path) -> dict[str, str]:
+    try:
+        data = json.loads((target / _MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # no or unreadable manifest: stage everything again
+    return data if isinstance(data, dict) else {}
+
+
+def list_prefix(uri: PathOrUri) -> list[str]:
+    """Every file or object under a folder or prefix (recursively), sorted; [] when there is none."""
+    if not is_s3(uri):
+        path = _local(uri)
+        if path.is_file():
+            return [str(path)]
+        return [str(f) for f in _local_files(path)] if path.is_dir() else []
+    uri = str(uri)
+    bucket, _ = parse_s3(uri)
+    objects, _ = _s3.list_objects(uri)
+    if not objects and _s3.head(uri) is not None:
+        return [uri]
+    return sorted(f"s3://{bucket}/{o['Key']}" for o in objects)
+
+
+def latest_under(prefix: PathOrUri) -> str | None:
+    """The child (file, folder, object or sub-prefix) of `prefix` with the greatest name, or None.
+
+    Names starting with '.' are ignored, so for snapshots named by date or sortable
+    timestamp this is the newest one.
+    """
+    if not is_s3(prefix):
+        path = _local(prefix)
+        names = [c.name for c in path.iterdir() if not c.name.startswith(".")] if path.is_dir() else []
+        return str(path / max(names)) if names else None
+    bucket, _ = parse_s3(str(prefix))
+    objects, prefixes = _s3.list_objects(str(prefix), delimiter="/")
+    keys = [k.rstrip("/") for k in [o["Key"] for o in objects] + prefixes]
+    keys = [k for k in keys if not k.rsplit("/", 1)[-1].startswith(".")]
+    return f"s3://{bucket}/{max(keys)}" if keys else None
+
+
+def copy_to(src: PathOrUri, dest: PathOrUri) -> str:
+    """Copy a file or folder (object or prefix) between local paths and s3:// URIs; returns `dest`."""
+    if not is_s3(src):
+        if _local(src).is_dir():
+            upload_dir(src, str(dest))
+            return str(dest)
+        return upload_file(src, str(dest))
+    src = str(src)
+    if _s3.head(src) is not None:
+        return _s3.copy_object(src, str(dest)) if is_s3(dest) else str(download_file(src, dest))
+    if not is_s3(dest):
+        return str(download_dir(src, dest))
+    key = parse_s3(src)[1]
+    objects, _ = _s3.list_objects(src)
+    if not objects:
+        raise _s3.missing(src)
+    rels = [o["Key"][len(_s3.dir_key(key)):] for o in objects]
+    _parallel(lambda r: _s3.copy_object(_s3.join(src, r), _s3.join(str(dest), r)), rels)
+    return str(dest)
