@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.common",
     "tests.fixtures.s3",
+    "tests.fixtures.mlflow_server",
 ]
