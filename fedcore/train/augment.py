@@ -1,0 +1,300 @@
+"""Batched augmentation on the input's device, with every random draw from an explicit generator.
+
+Inputs and outputs are float batches (B, C, H, W) with values in [0, 1], i.e. uint8 / 255
+before normalization: photometric ops (solarize, posterize, colour jitter) are defined on
+that range, so normalize with the dataset mean/std *after* augmenting.
+
+Each sample gets its own random parameters, applied with batched ops (integer-shift
+gathers, one affine `grid_sample`, masked blends) instead of a Python loop over samples.
+A generator on `x.device` keeps everything there; with a CPU generator only the small
+parameter tensors (and the 1-channel SimCLR noise image) are copied over.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torchvision.transforms.v2 import functional as TF
+
+Gen = torch.Generator
+
+
+def _rand(
+    gen: Gen, shape: tuple[int, ...], device: torch.device, lo: float = 0.0, hi: float = 1.0
+) -> torch.Tensor:
+    u = torch.rand(shape, generator=gen, device=gen.device).to(device)
+    return lo + (hi - lo) * u
+
+
+def _coin(gen: Gen, b: int, p: float, device: torch.device) -> torch.Tensor:
+    return _rand(gen, (b,), device) < p
+
+
+def _sign(gen: Gen, b: int, device: torch.device) -> torch.Tensor:
+    return torch.where(_coin(gen, b, 0.5, device), 1.0, -1.0)
+
+
+def _per_sample(v: torch.Tensor) -> torch.Tensor:  # (B,) -> (B, 1, 1, 1)
+    return v.view(-1, 1, 1, 1)
+
+
+def _blend(x: torch.Tensor, base: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """base + factor * (x - base), clamped: factor 1 = identity (PIL ImageEnhance semantics)."""
+    return (base + _per_sample(factor) * (x - base)).clamp(0.0, 1.0)
+
+
+def _gray(x: torch.Tensor) -> torch.Tensor:
+    return TF.rgb_to_grayscale(x) if x.shape[1] == 3 else x.mean(1, keepdim=True)
+
+
+def random_crop(x: torch.Tensor, gen: Gen, pad: int) -> torch.Tensor:
+    """Zero-pad by `pad` and crop back at a random offset per sample (exact integer shift)."""
+    b, c, h, w = x.shape
+    xp = F.pad(x, (pad, pad, pad, pad))
+    off = (_rand(gen, (2, b), x.device) * (2 * pad + 1)).long().clamp(max=2 * pad)
+    rows = off[0][:, None] + torch.arange(h, device=x.device)
+    cols = off[1][:, None] + torch.arange(w, device=x.device)
+    xp = xp.gather(2, rows[:, None, :, None].expand(b, c, h, w + 2 * pad))
+    return xp.gather(3, cols[:, None, None, :].expand(b, c, h, w))
+
+
+def random_hflip(x: torch.Tensor, gen: Gen, p: float = 0.5) -> torch.Tensor:
+    return torch.where(_per_sample(_coin(gen, x.shape[0], p, x.device)), x.flip(-1), x)
+
+
+def weak(
+    x: torch.Tensor, gen: Gen, flip: bool = True, pad: int | None = None, brightness: float = 0.05
+) -> torch.Tensor:
+    """Random shift (pad, default side // 8) + optional horizontal flip + tiny brightness jitter."""
+    pad = max(1, min(x.shape[-2:]) // 8) if pad is None else pad
+    x = random_crop(x, gen, pad) if pad > 0 else x
+    if flip:
+        x = random_hflip(x, gen)
+    if brightness > 0:
+        x = _blend(
+            x, torch.zeros_like(x), _rand(gen, (x.shape[0],), x.device, 1 - brightness, 1 + brightness)
+        )
+    return x
+
+
+GEOMETRIC = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
+PHOTOMETRIC = (
+    "brightness",
+    "color",
+    "contrast",
+    "sharpness",
+    "posterize",
+    "solarize",
+    "autocontrast",
+    "equalize",
+)
+
+
+def _affine_theta(act: dict[str, torch.Tensor], sign: torch.Tensor) -> torch.Tensor:
+    """(B, 2, 3) theta for affine_grid from per-sample signed magnitudes (0 = op not drawn).
+
+    Ranges follow FixMatch's RandAugment at magnitude 1: 30 degrees, shear 0.3, shift 0.3.
+    """
+    ang = math.radians(30) * act["rotate"] * sign[0]
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    sx, sy = 0.3 * act["shear_x"] * sign[1], 0.3 * act["shear_y"] * sign[2]
+    rot = torch.stack([torch.stack([cos, -sin], -1), torch.stack([sin, cos], -1)], -2)
+    one = torch.ones_like(sx)
+    shear = torch.stack([torch.stack([one, sx], -1), torch.stack([sy, one + sx * sy], -1)], -2)
+    # Normalized coordinates span 2, so a shift of 0.3 image widths is 0.6.
+    shift = torch.stack([0.6 * act["translate_x"] * sign[3], 0.6 * act["translate_y"] * sign[4]], -1)
+    return torch.cat([rot @ shear, shift[..., None]], -1)
+
+
+def _warp(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """Bilinear per-sample affine resampling; pixels from outside the image are black (0)."""
+    grid = F.affine_grid(theta.to(x.dtype), list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def _sharpen_base(x: torch.Tensor) -> torch.Tensor:
+    # PIL's SMOOTH kernel: the image that ImageEnhance.Sharpness blends away from.
+    k = torch.ones(3, 3, dtype=x.dtype, device=x.device)
+    k[1, 1] = 5.0
+    k = (k / 13.0).expand(x.shape[1], 1, 3, 3)
+    return F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), k, groups=x.shape[1])
+
+
+def _photometric(x: torch.Tensor, op: str, m: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
+    """Apply `op` to the whole batch with per-sample magnitude m in [0, 1]."""
+    enhance = 1.0 + 0.9 * m * sign  # PIL enhance factor in [0.1, 1.9]
+    if op == "brightness":
+        return _blend(x, torch.zeros_like(x), enhance)
+    if op == "color":
+        return _blend(x, _gray(x).expand_as(x), enhance)
+    if op == "contrast":
+        return _blend(x, _gray(x).mean((1, 2, 3), keepdim=True).expand_as(x), enhance)
+    if op == "sharpness":
+        return _blend(x, _sharpen_base(x), enhance)
+    if op == "posterize":
+        step = _per_sample(2.0 ** torch.round(4 * m))  # keep 8..4 bits
+        return torch.floor(x * 255.0 / step) * step / 255.0
+    if op == "solarize":
+        return torch.where(x > _per_sample(1.0 - m), 1.0 - x, x)
+    if op == "autocontrast":
+        return TF.autocontrast(x)
+    if op == "equalize":
+        return TF.equalize(x)
+    raise ValueError(f"unknown op {op!r}")
+
+
+def cutout(x: torch.Tensor, gen: Gen, frac: float, fill: float = 0.5) -> torch.Tensor:
+    """Fill a square of random side in [1, frac * min(H, W)] at a random centre per sample."""
+    b, _, h, w = x.shape
+    side = 1 + _rand(gen, (b,), x.device) * max(frac * min(h, w) - 1, 0.0)
+    cy, cx = _rand(gen, (b,), x.device, 0, h), _rand(gen, (b,), x.device, 0, w)
+    ys = torch.arange(h, device=x.device, dtype=x.dtype) + 0.5
+    xs = torch.arange(w, device=x.device, dtype=x.dtype) + 0.5
+    in_y = (ys[None, :] - cy[:, None]).abs() <= side[:, None] / 2
+    in_x = (xs[None, :] - cx[:, None]).abs() <= side[:, None] / 2
+    box = (in_y[:, :, None] & in_x[:, None, :])[:, None]
+    return torch.where(box, torch.full_like(x, fill), x)
+
+
+def strong(
+    x: torch.Tensor,
+    gen: Gen,
+    flip: bool = True,
+    num_ops: int = 2,
+    magnitude: float = 1.0,
+    cutout_frac: float = 0.5,
+    pad: int | None = None,
+) -> torch.Tensor:
+    """FixMatch-style strong view: weak shift/flip, then `num_ops` ops drawn per sample from
+    RandAugment's list with per-sample magnitudes U(0, magnitude), then cutout.
+
+    Ops apply in a fixed order (geometric, then photometric) rather than the drawn order, so
+    each op runs once over the batch; drawing the same op twice keeps the larger magnitude.
+    """
+    x = weak(x, gen, flip=flip, pad=pad, brightness=0.0)
+    b, dev = x.shape[0], x.device
+    ops = GEOMETRIC + tuple(o for o in PHOTOMETRIC if x.shape[1] == 3 or o != "color")
+    pick = (_rand(gen, (b, num_ops), dev) * len(ops)).long().clamp(max=len(ops) - 1)
+    mag = _rand(gen, (b, num_ops), dev, 0.0, magnitude)
+    onehot = F.one_hot(pick, len(ops)).to(x.dtype)  # (B, num_ops, K)
+    act = (onehot * mag[..., None]).amax(1)  # (B, K): magnitude, 0 where not drawn
+    chosen = onehot.amax(1) > 0
+    signs = torch.stack([_sign(gen, b, dev) for _ in ops])  # (K, B)
+    k_geo = len(GEOMETRIC)
+    theta = _affine_theta({o: act[:, i] for i, o in enumerate(GEOMETRIC)}, signs[:k_geo])
+    warped = _warp(x, theta)
+    x = torch.where(_per_sample(chosen[:, :k_geo].any(1)), warped, x)
+    for i, op in enumerate(ops[k_geo:], start=k_geo):
+        x = torch.where(_per_sample(chosen[:, i]), _photometric(x, op, act[:, i], signs[i]), x)
+    return cutout(x, gen, cutout_frac) if cutout_frac > 0 else x
+
+
+def _resized_crop_theta(gen: Gen, b: int, dev: torch.device, min_scale: float, flip: bool) -> torch.Tensor:
+    """(B, 2, 3) theta: a crop of area U(min_scale, 1) and aspect in [3/4, 4/3], resized to
+    the full image, mirrored for half the samples when `flip`."""
+    area = _rand(gen, (b,), dev, min_scale, 1.0)
+    log_r = _rand(gen, (b,), dev, math.log(3 / 4), math.log(4 / 3))
+    sw = torch.sqrt(area * log_r.exp()).clamp(max=1.0)
+    sh = torch.sqrt(area / log_r.exp()).clamp(max=1.0)
+    cx = _rand(gen, (b,), dev, -1.0, 1.0) * (1 - sw)
+    cy = _rand(gen, (b,), dev, -1.0, 1.0) * (1 - sh)
+    mirror = _sign(gen, b, dev) if flip else torch.ones(b, device=dev)
+    zero = torch.zeros_like(sw)
+    return torch.stack([torch.stack([sw * mirror, zero, cx], -1), torch.stack([zero, sh, cy], -1)], -2)
+
+
+def _hue_rotate(x: torch.Tensor, hue: torch.Tensor) -> torch.Tensor:
+    """Shift hue by `hue` turns (B,) as a rotation of RGB about the grey axis (keeps grey grey)."""
+    ang = 2 * math.pi * hue
+    k = torch.full((3,), 1 / math.sqrt(3), dtype=x.dtype, device=x.device)
+    cross = torch.tensor(
+        [[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]], dtype=x.dtype, device=x.device
+    )
+    cos, sin = torch.cos(ang).view(-1, 1, 1), torch.sin(ang).view(-1, 1, 1)
+    eye = torch.eye(3, dtype=x.dtype, device=x.device)
+    rot = cos * eye + sin * cross / math.sqrt(3) + (1 - cos) * torch.outer(k, k)
+    return torch.einsum("bij,bjhw->bihw", rot, x).clamp(0.0, 1.0)
+
+
+def _color_distort(x: torch.Tensor, gen: Gen, strength: float) -> torch.Tensor:
+    """SimCLR colour distortion: with p=0.8 jitter brightness and contrast (+ saturation and
+    hue on RGB); then greyscale with p=0.2 on RGB, or Gaussian noise on 1 channel, where
+    colour has no meaning and noise supplies the missing appearance change."""
+    b, dev, s = x.shape[0], x.device, 0.8 * strength
+
+    def factor() -> torch.Tensor:
+        return _rand(gen, (b,), dev, 1 - s, 1 + s)
+
+    jit = _per_sample(_coin(gen, b, 0.8, dev))
+    out = _blend(x, torch.zeros_like(x), factor())
+    out = _blend(out, _gray(out).mean((1, 2, 3), keepdim=True).expand_as(out), factor())
+    if x.shape[1] != 3:
+        noise = torch.randn(x.shape, generator=gen, device=gen.device, dtype=x.dtype).to(dev)
+        out = torch.where(jit, out, x)
+        return (out + _per_sample(_rand(gen, (b,), dev, 0.0, 0.1)) * noise).clamp(0.0, 1.0)
+    out = _blend(out, _gray(out).expand_as(out), factor())
+    out = torch.where(jit, _hue_rotate(out, _rand(gen, (b,), dev, -0.2 * strength, 0.2 * strength)), x)
+    return torch.where(_per_sample(_coin(gen, b, 0.2, dev)), _gray(out).expand_as(out), out)
+
+
+def simclr_view(
+    x: torch.Tensor, gen: Gen, flip: bool = True, min_scale: float = 0.2, strength: float = 0.5
+) -> torch.Tensor:
+    """One SimCLR view: random resized crop (+ mirror when `flip`) and colour distortion."""
+    theta = _resized_crop_theta(gen, x.shape[0], x.device, min_scale, flip)
+    return _color_distort(_warp(x, theta), gen, strength)
+
+
+def simclr_views(
+    x: torch.Tensor, gen: Gen, flip: bool = True, min_scale: float = 0.2, strength: float = 0.5
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two independent SimCLR views of the batch, each (B, C, H, W).
+
+    min_scale 0.2 instead of SimCLR's ImageNet 0.08: an 8% crop of a 32px image is a few
+    pixels. strength is SimCLR's colour-distortion s (0.5 is its CIFAR setting).
+    """
+    return simclr_view(x, gen, flip, min_scale, strength), simclr_view(x, gen, flip, min_scale, strength)
+
+
+@dataclass(frozen=True)
+class Augmenter:
+    """Augmentation policy for one dataset; methods call `aug.weak(x, gen)` and friends.
+
+    flip_ok must be False where a mirror changes the label or makes an unnatural image
+    (digits, text). pad None = side // 8 (4 px on 32x32, 1 px on 8x8).
+    """
+
+    channels: int
+    size: int
+    flip_ok: bool = True
+    pad: int | None = None
+    strong_ops: int = 2
+    strong_magnitude: float = 1.0
+    cutout: float = 0.5
+    simclr_min_scale: float = 0.2
+    simclr_strength: float = 0.5
+
+    @property
+    def _pad(self) -> int:
+        return max(1, self.size // 8) if self.pad is None else self.pad
+
+    def _check(self, x: torch.Tensor) -> None:
+        if x.ndim != 4 or x.shape[1] != self.channels:
+            raise ValueError(
+                f"expected (B, {self.channels}, H, W) float batch in [0, 1], got {tuple(x.shape)}"
+            )
+
+    def weak(self, x: torch.Tensor, gen: Gen) -> torch.Tensor:
+        self._check(x)
+        return weak(x, gen, flip=self.flip_ok, pad=self._pad)
+
+    def strong(self, x: torch.Tensor, gen: Gen) -> torch.Tensor:
+        self._check(x)
+        return strong(x, gen, self.flip_ok, self.strong_ops, self.strong_magnitude, self.cutout, self._pad)
+
+    def simclr_views(self, x: torch.Tensor, gen: Gen) -> tuple[torch.Tensor, torch.Tensor]:
+        self._check(x)
+        return simclr_views(x, gen, self.flip_ok, self.simclr_min_scale, self.simclr_strength)
