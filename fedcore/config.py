@@ -29,6 +29,10 @@ class DataConfig(Strict):
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0, description="held-out split for datasets without one")
     image_size: int | None = Field(None, ge=8, description="resize images (folder datasets) to this side")
     max_train: int | None = Field(None, ge=1, description="cap on training samples (quick runs)")
+    seed: int | None = Field(
+        None, ge=0, description="seed of the partition and noise scene; default: the experiment seed. "
+        "Fix it to share one dataset across training seeds"
+    )
     params: dict[str, Any] = Field(default_factory=dict, description="dataset-specific options")
 
 
@@ -172,9 +176,24 @@ class ExperimentConfig(Strict):
         payload = json.dumps({k: d[k] for k in keys}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
+    @property
+    def data_seed(self) -> int:
+        """Seed of the partition and noise scene."""
+        return self.seed if self.data.seed is None else self.data.seed
+
     def data_hash(self) -> str:
-        """Digest of what determines the FederatedDataset (data, partition, noise, seed)."""
-        return self.config_hash(("data", "partition", "noise", "seed"))
+        """Digest of what determines the FederatedDataset (data, partition, noise, data seed)."""
+        d = self.to_dict()
+        payload = {k: d[k] for k in ("data", "partition", "noise")}
+        payload["data"] = {**payload["data"], "seed": self.data_seed, "cache_dir": None}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def resume_hash(self) -> str:
+        """Digest of everything a checkpoint depends on: round budgets may grow, tracking may change."""
+        d = self.to_dict()
+        d.pop("tracking")
+        d["train"] = {k: v for k, v in d["train"].items() if k not in ("rounds", "stage_rounds", "checkpoint_every")}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # -- loading ---------------------------------------------------------------------------

@@ -23,16 +23,16 @@ def scene_for(ds: RawDataset, parts: list[np.ndarray], cfg: ExperimentConfig) ->
                 f"dataset '{ds.name}' is multi-label; noise.type must be one of {[*MULTI_LABEL_NOISE, 'none']}"
             )
         multi = importlib.import_module("fedcore.data.noise_multilabel")
-        return multi.inject_multilabel_noise(ds.y_train, parts, cfg.noise, cfg.seed)
+        return multi.inject_multilabel_noise(ds.y_train, parts, cfg.noise, cfg.data_seed)
     return inject_noise(
-        ds.y_train, parts, cfg.noise, ds.num_classes, cfg.seed, asym_map=ds.asym_map,
+        ds.y_train, parts, cfg.noise, ds.num_classes, cfg.data_seed, asym_map=ds.asym_map,
         y_real_noisy=ds.y_train_noisy, y_true_known=ds.y_train_known,
     )
 
 
 def build(cfg: ExperimentConfig) -> FederatedDataset:
     ds = load_dataset(cfg.data)
-    parts = partition(ds.y_train, cfg.partition, ds.num_classes, cfg.seed, groups=ds.groups)
+    parts = partition(ds.y_train, cfg.partition, ds.num_classes, cfg.data_seed, groups=ds.groups)
     scene = scene_for(ds, parts, cfg)
     meta = {
         "name": ds.name,
@@ -44,7 +44,7 @@ def build(cfg: ExperimentConfig) -> FederatedDataset:
         "std": list(ds.std),
         "num_train": int(len(ds.y_train)),
         "num_test": int(len(ds.y_test)),
-        "seed": cfg.seed,
+        "seed": cfg.data_seed,
         "config_hash": cfg.config_hash(),
         "data_hash": cfg.data_hash(),
         "config": cfg.to_dict(),

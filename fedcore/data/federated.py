@@ -194,7 +194,9 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 def _read_manifest(path: Path) -> dict[str, Any]:
     mf = path / "manifest.json"
     if not mf.is_file():
-        raise ArtifactError(f"'{path}' is not a FederatedDataset artifact (no manifest.json); run `fedcore data prepare`")
+        raise ArtifactError(
+            f"'{path}' is not a FederatedDataset artifact (no manifest.json); run `fedcore data prepare`"
+        )
     try:
         manifest = json.loads(mf.read_text())
         files = manifest["files"]
@@ -202,7 +204,9 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, KeyError, TypeError):
         raise ArtifactError(f"artifact '{path}' has a corrupt manifest.json; re-create it") from None
     if version != FORMAT_VERSION:
-        raise ArtifactError(f"artifact '{path}' has format {version}; this fedcore reads {FORMAT_VERSION}; re-create it")
+        raise ArtifactError(
+            f"artifact '{path}' has format {version}; this fedcore reads {FORMAT_VERSION}; re-create it"
+        )
     if set(files) != set(FILES):
         raise ArtifactError(f"artifact '{path}' manifest lists {sorted(files)}, expected {list(FILES)}")
     return manifest

@@ -28,3 +28,10 @@ class Callback:
     def should_stop(self) -> bool:
         """Return True to end the run early (checked after every round)."""
         return False
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """State to keep in checkpoints so a resumed run behaves as an uninterrupted one."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore what `state_dict` returned."""

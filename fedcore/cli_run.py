@@ -1,0 +1,95 @@
+"""`fedcore run`, `fedcore compare` and `fedcore quickstart` (what `make run` calls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml")]
+SetOpt = Annotated[
+    list[str] | None, typer.Option("--set", "-s", help="dotted override, e.g. method.name=fedprox (repeatable)")
+]
+
+
+def run_callbacks(cfg, total_rounds: int, progress: bool, label: str = ""):
+    """Progress bar, early stopping and tracking, as the config asks."""
+    from fedcore.progress import EarlyStopping, ProgressCallback
+
+    cbs = []
+    if progress:
+        cbs.append(ProgressCallback(total_rounds, console, label=label or cfg.method.name))
+    if cfg.train.early_stop_patience:
+        cbs.append(EarlyStopping(cfg.train.early_stop_patience))
+    if cfg.tracking.backend != "none":
+        from fedcore.tracking import make_tracker
+        from fedcore.tracking.callback import TrackingCallback
+
+        cbs.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), cfg, None))
+    return cbs
+
+
+def total_rounds(cfg) -> int:
+    from fedcore.methods.registry import build_method
+
+    return sum(s.rounds for s in build_method(cfg).stages)
+
+
+def run(
+    config: ConfigArg,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="run dir (default runs/<method>-<hash>)")] = None,
+    set_: SetOpt = None,
+    data: Annotated[str | None, typer.Option("--data", help="FederatedDataset artifact dir or s3:// prefix")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="continue from this run dir or checkpoint")] = None,
+    stage: Annotated[list[str] | None, typer.Option("--stage", help="run only these stages (repeatable)")] = None,
+    progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+) -> None:
+    """Run one experiment in-process and write history.csv, metrics.json and model.pt."""
+    from fedcore.compare import comparison_table, load_run
+    from fedcore.config import load_config
+    from fedcore.run import run_experiment
+
+    cfg = load_config(config, set_)
+    out = out or (resume if resume and resume.is_dir() else Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}")
+    result = run_experiment(cfg, out, data=data, resume=resume, stages=stage,
+                            callbacks=run_callbacks(cfg, total_rounds(cfg), progress))
+    console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
+
+
+def compare(
+    runs: Annotated[list[Path] | None, typer.Argument(help="run directories written by `fedcore run`")] = None,
+    experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment to compare")] = None,
+    by: Annotated[str, typer.Option(help="group rows by this record field")] = "method",
+) -> None:
+    """Table of final metrics across runs (mean ± std over seeds)."""
+    from fedcore.compare import comparison_table, load_run
+    from fedcore.errors import UserError
+
+    if experiment:
+        from fedcore.compare_mlflow import compare_experiment
+
+        compare_experiment(experiment, console)
+        return
+    if not runs:
+        raise UserError("pass run directories (fedcore compare runs/a runs/b) or --experiment NAME")
+    console.print(comparison_table([load_run(p) for p in runs], by=by))
+
+
+def quickstart(
+    out: Annotated[Path, typer.Option("--out", help="where runs and the dataset go")] = Path("runs/quickstart"),
+    rounds: Annotated[int | None, typer.Option(help="override train.rounds")] = None,
+) -> None:
+    """The `make run` job: the quickstart comparison on one shared noisy digits artifact."""
+    from fedcore.quickstart import run_quickstart
+
+    run_quickstart(out, console, rounds=rounds)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("compare")(compare)
+    app.command("quickstart")(quickstart)

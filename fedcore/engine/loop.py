@@ -1,0 +1,151 @@
+"""The round loop: drives any method through its stages without knowing which method it is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fedcore.engine.callbacks import Callback
+from fedcore.engine.executor import SequentialExecutor
+from fedcore.engine.sampler import ClientSampler, client_rngs
+from fedcore.engine.store import ClientStateStore
+from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, Method, RunContext, ServerState, Stage
+
+PERSONAL = "__personal__"  # engine-owned key in client state: parameters that are never aggregated
+
+Evaluator = Callable[[torch.nn.Module, int], dict[str, float]]
+Scorer = Callable[[Estimates, int], dict[str, float]]
+
+
+@dataclass
+class LoopState:
+    """Everything besides the server state that a checkpoint must restore."""
+
+    stage_index: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stopped: bool = False
+
+
+class RoundLoop:
+    def __init__(
+        self,
+        method: Method,
+        ctx: RunContext,
+        sampler: ClientSampler,
+        clients_state: ClientStateStore,
+        callbacks: Sequence[Callback] = (),
+        evaluator: Evaluator | None = None,
+        scorer: Scorer | None = None,
+        eval_every: int = 1,
+        checkpoint: Callable[[ServerState, LoopState, str], Any] | None = None,
+        checkpoint_every: int = 0,
+        executor: SequentialExecutor | None = None,
+    ) -> None:
+        self.method, self.ctx, self.sampler = method, ctx, sampler
+        self.store = clients_state
+        self.callbacks = list(callbacks)
+        self.evaluator, self.scorer = evaluator, scorer
+        self.eval_every, self.checkpoint_every = eval_every, checkpoint_every
+        self.checkpoint = checkpoint
+        self.executor = executor or SequentialExecutor()
+
+    # -- one round --------------------------------------------------------------------------
+    def _tasks(self, state: ServerState, cohort: Sequence[int], instructions: Any) -> list[ClientTask]:
+        tasks = []
+        for cid in cohort:
+            cstate = self.store.get(cid)
+            personal = cstate.get(PERSONAL)
+            params = {**state.params, **personal} if personal else state.params
+            rng, gen = client_rngs(self.ctx.seed, state.rnd, cid)
+            tasks.append(ClientTask(
+                cid=cid, params=params, data=self.ctx.clients[cid], instructions=instructions,
+                state={k: v for k, v in cstate.items() if k != PERSONAL}, rng=rng, gen=gen,
+                rnd=state.rnd, stage=state.stage,
+            ))
+        return tasks
+
+    def _keep_client_state(self, updates: Sequence[ClientUpdate]) -> None:
+        prefixes = tuple(self.method.personal_keys)
+        for u in updates:
+            old = self.store.get(u.cid)
+            new = dict(old if u.state is None else u.state)
+            if prefixes and u.params is not None:
+                new[PERSONAL] = {k: v for k, v in u.params.items() if k.startswith(prefixes)}
+            elif PERSONAL in old:
+                new[PERSONAL] = old[PERSONAL]
+            self.store.put(u.cid, new)
+
+    def run_round(self, state: ServerState, stage: Stage) -> tuple[ServerState, dict[str, float]] | None:
+        plan = self.method.plan_round(state, state.rnd)
+        if plan is None:
+            return None
+        if plan.cohort is not None:
+            cohort = list(plan.cohort)
+        elif stage.cohort == "all":
+            cohort = list(range(len(self.ctx.clients)))
+        else:
+            cohort = self.sampler.sample(state.rnd)
+        updates = self.executor.map(self.method.client_update, self._tasks(state, cohort, plan.instructions))
+        self._keep_client_state(updates)
+        state, result = self.method.server_update(state, plan, updates)
+        state = state.replace(rnd=state.rnd + 1, stage_round=state.stage_round + 1)
+        metrics = {**_client_means(updates), **result.scalars, "round/clients": float(len(cohort))}
+        if self.scorer is not None and not result.estimates.empty():
+            metrics.update(self.scorer(result.estimates, state.rnd))
+        return state, metrics
+
+    # -- stages -----------------------------------------------------------------------------
+    def run(self, state: ServerState, loop: LoopState, only: Sequence[str] | None = None) -> ServerState:
+        stages = self.method.stages
+        while loop.stage_index < len(stages) and not loop.stopped:
+            stage = stages[loop.stage_index]
+            if only is not None and stage.name not in only:
+                loop.stage_index += 1
+                continue
+            if state.stage != stage.name:
+                state = state.replace(stage=stage.name, stage_round=0)
+            state = self._run_stage(state, stage, loop)
+            loop.stage_index += 1
+            path = self.checkpoint(state, loop, f"stage-{stage.name}") if self.checkpoint else None
+            for cb in self.callbacks:
+                cb.on_stage_end(stage.name, state.rnd, path)
+        return state
+
+    def _run_stage(self, state: ServerState, stage: Stage, loop: LoopState) -> ServerState:
+        last_eval = -1
+        while state.stage_round < stage.rounds:
+            out = self.run_round(state, stage)
+            if out is None:
+                break
+            state, metrics = out
+            final = state.stage_round >= stage.rounds
+            if stage.evaluate and self.evaluator and (state.rnd % self.eval_every == 0 or final):
+                metrics.update(self.evaluator(self.method.eval_model(state), state.rnd))
+                last_eval = state.rnd
+            metrics = {"round": float(state.rnd), **metrics}
+            loop.history.append({"stage": stage.name, **metrics})
+            for cb in self.callbacks:
+                cb.after_round(state.rnd, stage.name, metrics)
+            loop.stopped = any(cb.should_stop() for cb in self.callbacks)
+            if self.checkpoint and self.checkpoint_every and state.rnd % self.checkpoint_every == 0:
+                self.checkpoint(state, loop, "latest")
+            if loop.stopped:
+                break
+        if stage.evaluate and self.evaluator and loop.history and last_eval != state.rnd and state.stage_round:
+            # The stage ended early (method or early stop): make sure its last round is scored.
+            loop.history[-1].update(self.evaluator(self.method.eval_model(state), state.rnd))
+        return state
+
+
+def _client_means(updates: Sequence[ClientUpdate]) -> dict[str, float]:
+    """Sample-weighted means of the clients' own metrics (e.g. train/loss)."""
+    totals: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for u in updates:
+        for k, v in u.metrics.items():
+            totals[k] = totals.get(k, 0.0) + float(v) * u.num_examples
+            weights[k] = weights.get(k, 0.0) + u.num_examples
+    return {k: totals[k] / weights[k] for k in totals if weights[k] > 0}

@@ -1,0 +1,105 @@
+"""One tensor store on the device; clients are index views into it.
+
+No per-client DataLoader and no per-client copy of the data: a client's batch is an
+index_select on the shared uint8 tensor, converted to float and normalized on the
+device. Per-client persistent state lives in `ClientStateStore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class TensorStore:
+    """uint8 images (N, C, H, W) on the device plus per-channel normalization."""
+
+    def __init__(self, x: torch.Tensor, mean: Sequence[float], std: Sequence[float], device: torch.device) -> None:
+        self.x = x.to(device)
+        self.device = device
+        c = x.shape[1]
+        self.mean = torch.tensor(list(mean) * (c // len(mean)), device=device).view(1, c, 1, 1)
+        self.std = torch.tensor(list(std) * (c // len(std)), device=device).view(1, c, 1, 1)
+
+    def raw(self, idx: torch.Tensor) -> torch.Tensor:
+        """Float images in [0, 1] for global indices idx (B,) -> (B, C, H, W)."""
+        return self.x.index_select(0, idx).float().div_(255.0)
+
+    def normalize(self, x01: torch.Tensor) -> torch.Tensor:
+        return (x01 - self.mean) / self.std
+
+    def get(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.normalize(self.raw(idx))
+
+    @property
+    def in_shape(self) -> tuple[int, int, int]:
+        return tuple(self.x.shape[1:])  # type: ignore[return-value]
+
+
+class ClientData:
+    """A client's view: positions 0..n-1 map to global indices into the store.
+
+    labels: the client's working labels (device tensor), in local order.
+    """
+
+    def __init__(self, cid: int, store: TensorStore, indices: np.ndarray, labels: torch.Tensor) -> None:
+        self.cid = cid
+        self.store = store
+        self.indices = torch.as_tensor(np.asarray(indices, dtype=np.int64), device=store.device)
+        self.labels = labels.to(store.device)
+        self.n = int(len(indices))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def x(self, pos: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalized inputs for local positions (all when pos is None)."""
+        return self.store.get(self.indices if pos is None else self.indices[pos])
+
+    def x01(self, pos: torch.Tensor | None = None) -> torch.Tensor:
+        """Inputs in [0, 1] (for augmentation before normalizing)."""
+        return self.store.raw(self.indices if pos is None else self.indices[pos])
+
+    def batches(
+        self, batch_size: int, gen: torch.Generator, epochs: int = 1, steps: int | None = None
+    ) -> Iterator[torch.Tensor]:
+        """Shuffled local positions, `epochs` passes or exactly `steps` batches."""
+        done = 0
+        while True:
+            perm = torch.randperm(self.n, generator=gen).to(self.store.device)
+            for start in range(0, self.n, batch_size):
+                yield perm[start:start + batch_size]
+                done += 1
+                if steps is not None and done >= steps:
+                    return
+            if steps is None:
+                epochs -= 1
+                if epochs <= 0:
+                    return
+
+    def eval_batches(self, batch_size: int = 1024) -> Iterator[torch.Tensor]:
+        """Positions in order, for scoring every local sample."""
+        for start in range(0, self.n, batch_size):
+            yield torch.arange(start, min(start + batch_size, self.n), device=self.store.device)
+
+
+class ClientStateStore:
+    """Per-client persistent state, kept across rounds and saved in checkpoints."""
+
+    def __init__(self, num_clients: int) -> None:
+        self._states: list[dict[str, Any]] = [{} for _ in range(num_clients)]
+
+    def get(self, cid: int) -> dict[str, Any]:
+        return self._states[cid]
+
+    def put(self, cid: int, state: dict[str, Any]) -> None:
+        self._states[cid] = state
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return self._states
+
+    def load_state_dict(self, states: list[dict[str, Any]]) -> None:
+        self._states = list(states)

@@ -1,0 +1,147 @@
+"""Records exchanged between the round loop and a method (see ARCHITECTURE.md, engine contract).
+
+Nothing here names a method. Method-owned data travels in `ServerState.extra`,
+`ClientTask.state`, `ClientUpdate.uploads` and `RoundMetrics.estimates`, none of which
+the engine interprets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from fedcore.config import ExperimentConfig
+    from fedcore.data.federated import FederatedView
+    from fedcore.engine.store import ClientData, TensorStore
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A named phase with its own round budget.
+
+    cohort='all' visits every client each round; evaluate=False skips test evaluation
+    (e.g. self-supervised pretraining, where the head is meaningless).
+    """
+
+    name: str
+    rounds: int
+    cohort: Literal["sample", "all"] = "sample"
+    evaluate: bool = True
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """Immutable server record; change it with `replace`."""
+
+    params: Params
+    rnd: int = 0  # rounds completed, across all stages (the tracking step)
+    stage: str = ""
+    stage_round: int = 0  # rounds completed within the current stage
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> ServerState:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    stage: str
+    cohort: Sequence[int] | None = None  # None: the sampler chooses
+    instructions: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClientTask:
+    cid: int
+    params: Params  # global params with this client's personal params overlaid
+    data: ClientData
+    instructions: Mapping[str, Any]
+    state: dict[str, Any]  # the client's persistent state (method-defined)
+    rng: np.random.Generator
+    gen: torch.Generator
+    rnd: int
+    stage: str
+
+
+@dataclass
+class ClientUpdate:
+    cid: int
+    num_examples: int
+    params: Params | None = None
+    uploads: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    state: dict[str, Any] | None = None  # new persistent state; None keeps the old one
+
+
+@dataclass
+class Estimates:
+    """What a method believes about the noise; only the scorer compares it with ground truth.
+
+    client_rate: estimated noise rate per client. client_noisy: identification verdicts.
+    sample_noisy: detector name -> client -> bool mask over the client's samples
+    ("main" is the method's own detector). labels: client -> current working labels
+    (relabeling). extra: anything to keep as an artifact (e.g. descriptor scatter).
+    """
+
+    client_rate: dict[int, float] = field(default_factory=dict)
+    client_noisy: dict[int, bool] = field(default_factory=dict)
+    sample_noisy: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
+    labels: dict[int, np.ndarray] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (self.client_rate or self.client_noisy or self.sample_noisy or self.labels or self.extra)
+
+
+@dataclass
+class RoundMetrics:
+    scalars: dict[str, float] = field(default_factory=dict)
+    estimates: Estimates = field(default_factory=Estimates)
+
+
+@dataclass
+class RunContext:
+    """Everything a method may use to set itself up. Holds no ground truth."""
+
+    cfg: ExperimentConfig
+    view: FederatedView
+    store: TensorStore
+    clients: list[ClientData]
+    device: torch.device
+    seed: int
+
+    @property
+    def num_classes(self) -> int:
+        return self.view.num_classes
+
+    @property
+    def task(self) -> str:
+        return self.view.task
+
+
+class Method(Protocol):
+    name: str
+    personal_keys: tuple[str, ...]
+
+    @property
+    def stages(self) -> tuple[Stage, ...]: ...
+
+    def init(self, ctx: RunContext) -> ServerState: ...
+
+    def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None: ...
+
+    def client_update(self, task: ClientTask) -> ClientUpdate: ...
+
+    def server_update(
+        self, state: ServerState, plan: RoundPlan, updates: Sequence[ClientUpdate]
+    ) -> tuple[ServerState, RoundMetrics]: ...
+
+    def eval_model(self, state: ServerState) -> torch.nn.Module: ...

@@ -1,0 +1,49 @@
+"""Single-label classification metrics (spec: baselines-and-metrics.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    return float(np.mean(y_true == y_pred)) if len(y_true) else float("nan")
+
+
+def confusion(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> np.ndarray:
+    """(C, C) counts; rows are true classes, columns predictions."""
+    m = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(m, (np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)), 1)
+    return m
+
+
+def macro_prf(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> dict[str, float]:
+    """Macro precision/recall/F1 over classes present in y_true or y_pred (zero_division=0)."""
+    m = confusion(y_true, y_pred, num_classes)
+    tp = np.diag(m).astype(float)
+    pred, true = m.sum(axis=0).astype(float), m.sum(axis=1).astype(float)
+    seen = (pred + true) > 0
+    prec = np.divide(tp, pred, out=np.zeros_like(tp), where=pred > 0)
+    rec = np.divide(tp, true, out=np.zeros_like(tp), where=true > 0)
+    f1 = np.divide(2 * prec * rec, prec + rec, out=np.zeros_like(tp), where=(prec + rec) > 0)
+    return {"precision": float(prec[seen].mean()), "recall": float(rec[seen].mean()), "f1": float(f1[seen].mean())}
+
+
+def last_k_mean(values: Sequence[float], k: int = 10) -> float:
+    vals = [v for v in values if v is not None and np.isfinite(v)]
+    return float(np.mean(vals[-k:])) if vals else float("nan")
+
+
+def summarize_history(history: Sequence[dict], key: str = "test/acc") -> dict[str, float]:
+    """final/acc, final/acc_best and final/acc_last10 from the per-round history.
+
+    For multi-label runs key is e.g. 'test/mAP' and names follow it (final/mAP ...).
+    """
+    vals = [float(h[key]) for h in history if key in h]
+    short = key.split("/", 1)[1]
+    if not vals:
+        return {}
+    return {f"final/{short}": vals[-1], f"final/{short}_best": float(np.max(vals)),
+            f"final/{short}_last10": last_k_mean(vals, 10)}

@@ -1,0 +1,53 @@
+"""Noise-estimation, identification, detection, relabeling and memorization metrics.
+
+These are the only functions (with scoring.py) that read ground truth.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rate_pearson_mae(estimated: np.ndarray, true: np.ndarray) -> dict[str, float]:
+    """Pearson correlation and mean absolute error between estimated and true client rates."""
+    est, tru = np.asarray(estimated, float), np.asarray(true, float)
+    ok = np.isfinite(est) & np.isfinite(tru)
+    est, tru = est[ok], tru[ok]
+    mae = float(np.mean(np.abs(est - tru))) if len(est) else float("nan")
+    if len(est) < 2 or np.std(est) == 0 or np.std(tru) == 0:
+        return {"pearson": float("nan"), "mae": mae}
+    return {"pearson": float(np.corrcoef(est, tru)[0, 1]), "mae": mae}
+
+
+def binary_prf(pred_pos: np.ndarray, true_pos: np.ndarray) -> dict[str, float]:
+    """Precision/recall/F1/accuracy with 'positive' = noisy. Empty denominators give 0."""
+    p, t = np.asarray(pred_pos, bool), np.asarray(true_pos, bool)
+    tp = float(np.sum(p & t))
+    prec = tp / p.sum() if p.sum() else 0.0
+    rec = tp / t.sum() if t.sum() else 0.0
+    f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+    acc = float(np.mean(p == t)) if len(p) else float("nan")
+    return {"precision": float(prec), "recall": float(rec), "f1": float(f1), "acc": acc}
+
+
+def relabel_metrics(y_before: np.ndarray, y_after: np.ndarray, y_true: np.ndarray) -> dict[str, float]:
+    """Relabel precision/recall/damage/label_acc/changed (spec definitions).
+
+    y_before: labels before relabeling (the noisy labels); y_after: working labels now.
+    """
+    b, a, t = (np.asarray(v) for v in (y_before, y_after, y_true))
+    changed = a != b
+    noisy, clean = b != t, b == t
+    return {
+        "precision": float(np.mean(a[changed] == t[changed])) if changed.any() else 0.0,
+        "recall": float(np.mean(a[noisy] == t[noisy])) if noisy.any() else 0.0,
+        "damage": float(np.mean(changed[clean])) if clean.any() else 0.0,
+        "label_acc": float(np.mean(a == t)) if len(a) else float("nan"),
+        "changed": float(np.mean(changed)) if len(a) else 0.0,
+    }
+
+
+def memorization_rate(pred: np.ndarray, y_noisy: np.ndarray, is_noisy: np.ndarray) -> float:
+    """Fraction of noisy training samples where the model predicts the noisy label."""
+    m = np.asarray(is_noisy, bool)
+    return float(np.mean(np.asarray(pred)[m] == np.asarray(y_noisy)[m])) if m.any() else float("nan")

@@ -1,0 +1,104 @@
+"""Runtime scoring: the only place where ground truth meets a running experiment.
+
+`Scorer` turns a method's `Estimates` into metrics against the noise scene's truth;
+`Evaluator` scores the global model on the test split (and memorization of noisy
+training labels). The engine calls both through plain callables and never sees truth.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedcore.data.federated import FederatedDataset
+from fedcore.engine.store import TensorStore
+from fedcore.engine.types import Estimates
+from fedcore.metrics.classification import accuracy, confusion, macro_prf
+from fedcore.metrics.noise import binary_prf, memorization_rate, rate_pearson_mae, relabel_metrics
+
+
+class Scorer:
+    def __init__(self, fed: FederatedDataset) -> None:
+        self.truth = fed.truth
+        self.parts = [np.asarray(p) for p in fed.client_indices]
+        self.y_orig = fed.y_train.numpy()
+        self.multi = fed.task == "multi"
+
+    def __call__(self, est: Estimates, rnd: int) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if est.client_rate:
+            out.update(self.rates(est.client_rate))
+        if est.client_noisy:
+            cids = sorted(est.client_noisy)
+            prf = binary_prf([est.client_noisy[c] for c in cids], self.truth.is_noisy_client[cids])
+            out.update({f"detect/client_{k}": v for k, v in prf.items()})
+        for name, masks in est.sample_noisy.items():
+            prefix = "detect/sample" if name == "main" else f"detect/{name}/sample"
+            out.update({f"{prefix}_{k}": v for k, v in self.samples(masks).items()})
+        if est.labels and not self.multi:
+            out.update({f"relabel/{k}": v for k, v in self.relabels(est.labels).items()})
+        return out
+
+    def rates(self, client_rate: dict[int, float]) -> dict[str, float]:
+        cids = sorted(client_rate)
+        est = np.array([client_rate[c] for c in cids], dtype=float)
+        out = {f"noise/rate_est/client_{c:02d}": float(client_rate[c]) for c in cids}
+        stats = rate_pearson_mae(est, self.truth.realized_rate[cids])
+        out.update({"noise/rate_pearson": stats["pearson"], "noise/rate_mae": stats["mae"]})
+        return out
+
+    def samples(self, masks: dict[int, np.ndarray]) -> dict[str, float]:
+        """Detection P/R/F1 averaged over clients, plus the pooled F1."""
+        per = [binary_prf(m, self.truth.is_noisy_sample[self.parts[c]]) for c, m in masks.items()]
+        out = {k: float(np.mean([p[k] for p in per])) for k in ("precision", "recall", "f1")}
+        pooled_pred = np.concatenate([np.asarray(masks[c], bool) for c in masks])
+        pooled_true = np.concatenate([self.truth.is_noisy_sample[self.parts[c]] for c in masks])
+        out["f1_pooled"] = binary_prf(pooled_pred, pooled_true)["f1"]
+        return out
+
+    def relabels(self, labels: dict[int, np.ndarray]) -> dict[str, float]:
+        idx = np.concatenate([self.parts[c] for c in labels])
+        after = np.concatenate([np.asarray(labels[c]) for c in labels])
+        return relabel_metrics(self.y_orig[idx], after, self.truth.y_true[idx])
+
+
+class Evaluator:
+    """Scores a model on the test split; optionally memorization of noisy training labels."""
+
+    def __init__(self, fed: FederatedDataset, device: torch.device, train_store: TensorStore,
+                 memorization: bool = True, batch_size: int = 1024) -> None:
+        self.task, self.num_classes = fed.task, fed.num_classes
+        self.test = TensorStore(fed.x_test, fed.meta["mean"], fed.meta["std"], device)
+        self.y_test = fed.y_test.to(device)
+        self.train_store, self.batch_size = train_store, batch_size
+        noisy = np.flatnonzero(fed.truth.is_noisy_sample) if memorization and self.task == "single" else []
+        self.noisy_idx = torch.as_tensor(np.asarray(noisy, dtype=np.int64), device=device)
+        self.noisy_labels = fed.y_train.numpy()[noisy] if len(noisy) else None
+        self.last: dict[str, Any] = {}
+
+    @torch.no_grad()
+    def logits(self, model: torch.nn.Module, store: TensorStore, idx: torch.Tensor) -> torch.Tensor:
+        model.eval()
+        return torch.cat([model(store.get(idx[s:s + self.batch_size])) for s in range(0, len(idx), self.batch_size)])
+
+    def __call__(self, model: torch.nn.Module, rnd: int) -> dict[str, float]:
+        all_idx = torch.arange(len(self.y_test), device=self.y_test.device)
+        logits = self.logits(model, self.test, all_idx)
+        if self.task == "multi":
+            from fedcore.metrics.multilabel import multilabel_eval
+
+            out = multilabel_eval(logits, self.y_test)
+            self.last = {"logits": logits.cpu()}
+            return out
+        pred = logits.argmax(1).cpu().numpy()
+        y = self.y_test.cpu().numpy()
+        out = {"test/acc": accuracy(y, pred), "test/loss": float(F.cross_entropy(logits, self.y_test))}
+        out.update({f"test/macro_{k}": v for k, v in macro_prf(y, pred, self.num_classes).items()})
+        if self.noisy_labels is not None:
+            mpred = self.logits(model, self.train_store, self.noisy_idx).argmax(1).cpu().numpy()
+            out["train/memorization"] = memorization_rate(mpred, self.noisy_labels, np.ones(len(mpred), bool))
+        self.last = {"confusion": confusion(y, pred, self.num_classes)}
+        return out

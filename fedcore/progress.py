@@ -1,0 +1,76 @@
+"""Run-time callbacks that are not tracking: a rich progress bar and early stopping."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from fedcore.engine.callbacks import Callback
+
+
+class ProgressCallback(Callback):
+    """Stage, round, train loss, test accuracy and ETA on one live line."""
+
+    def __init__(self, total_rounds: int, console: Console | None = None, label: str = "") -> None:
+        self.total, self.label = total_rounds, label
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"), TextColumn("acc {task.fields[acc]}"),
+            TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
+        )
+        self.task_id = None
+        self.acc = "-"
+
+    def on_run_start(self, info: dict[str, Any]) -> None:
+        self.progress.start()
+        self.task_id = self.progress.add_task(self.label or "run", total=self.total, loss="-", acc="-")
+
+    def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
+        loss = metrics.get("train/loss")
+        acc = metrics.get("test/acc", metrics.get("test/mAP"))
+        if acc is not None:
+            self.acc = f"{acc:.3f}"
+        self.progress.update(
+            self.task_id, completed=min(rnd, self.total), description=f"{self.label} {stage}".strip(),
+            loss="-" if loss is None else f"{loss:.3f}", acc=self.acc,
+        )
+
+    def on_run_end(self, summary: dict[str, float], out_dir: Path) -> None:
+        self.progress.stop()
+
+
+class EarlyStopping(Callback):
+    """Stop after `patience` evaluations without a better test score."""
+
+    def __init__(self, patience: int, key: str = "test/acc") -> None:
+        self.patience, self.key = patience, key
+        self.best, self.bad = -math.inf, 0
+
+    def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
+        if self.key not in metrics:
+            return
+        if metrics[self.key] > self.best:
+            self.best, self.bad = metrics[self.key], 0
+        else:
+            self.bad += 1
+
+    def should_stop(self) -> bool:
+        return self.patience > 0 and self.bad >= self.patience
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state:
+            self.best, self.bad = state["best"], state["bad"]

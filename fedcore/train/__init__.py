@@ -1,0 +1,1 @@
+"""Local training primitives: losses, augmentation, parameter ops, the local loop."""
