@@ -7,6 +7,7 @@ parent stays open). mlflow is imported inside functions so `import fedcore.track
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shlex
@@ -20,6 +21,7 @@ from fedcore.errors import TrackingError
 from fedcore.tracking.base import check_metrics, check_status, check_str_map
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 METRICS_PER_BATCH = 1000  # MLflow's log_batch limit for metrics
 PARAMS_TAGS_PER_BATCH = 100  # ... and for params or tags
 PARENT_TAG = "mlflow.parentRunId"
@@ -101,13 +103,14 @@ class MlflowTracker:
     ) -> None:
         self.uri, default_artifacts = resolve_uri(uri, base_dir)
         self.artifact_root = artifact_location or default_artifacts
-        if self.uri.startswith("sqlite:///"):
-            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self._stack: list[str] = []
         self._params: dict[str, dict[str, str]] = {}
         with _env(CONNECT_ENV):
             try:
                 from mlflow import MlflowClient
+
+                if self.uri.startswith("sqlite:///"):
+                    Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
 
                 self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
                 self.experiment_id = self._ensure_experiment(experiment)
@@ -124,9 +127,16 @@ class MlflowTracker:
             try:
                 return self.client.create_experiment(name, artifact_location=self.artifact_root)
             except MlflowException as exc:
-                if exc.error_code != "RESOURCE_ALREADY_EXISTS":  # lost a race with a sibling stage
+                # A sibling stage component may have created it between our two calls.
+                if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise
                 exp = self.client.get_experiment_by_name(name)
+        elif self.artifact_root and exp.artifact_location != self.artifact_root:
+            # MLflow fixes an experiment's artifact location at creation; say so rather than surprise.
+            log.warning(
+                "experiment '%s' keeps its artifact location %s (requested %s)",
+                name, exp.artifact_location, self.artifact_root,
+            )
         if exp.lifecycle_stage == "deleted":
             raise TrackingError(
                 f"MLflow experiment '{name}' is deleted; restore it with `mlflow experiments restore "
@@ -147,6 +157,7 @@ class MlflowTracker:
 
     @property
     def run_id(self) -> str | None:
+        """Id of the open run on top of the stack, or None."""
         return self._stack[-1] if self._stack else None
 
     def _active(self) -> str:

@@ -110,6 +110,13 @@ def test_resume_of_unknown_run_is_a_tracking_error(new_tracker):
         new_tracker().start("x", {}, run_id="0" * 32)
 
 
+def test_deleted_experiment_is_a_tracking_error(new_tracker):
+    client_for(t := new_tracker()).delete_experiment(t.experiment_id)
+
+    with pytest.raises(TrackingError, match="restore"):
+        new_tracker()
+
+
 def test_parent_and_child_runs(new_tracker):
     t = new_tracker()
     parent = t.start_parent("sweep", {})
