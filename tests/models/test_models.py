@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from torchvision import models as tvm
+from torchvision.models.vision_transformer import VisionTransformer
 
 import fedcore
 from fedcore.config import ModelConfig
 from fedcore.errors import ArtifactError, ConfigError
 from fedcore.models import FedModel, available_models, build_model, resolve_device
+from fedcore.models.vit import FedViT
 
 # (name, in_shape, params) at the input size each model is meant for; batch 2 keeps it cheap.
 CASES = [
@@ -70,6 +73,31 @@ def test_vit_features_head_and_position_interpolation():
     assert torch.allclose(model.head(z), logits)
     assert model.head_keys() == ("heads.",)
     assert sd["encoder.pos_embedding"].shape == (1, 5, 768)
+
+
+def test_wrappers_keep_torchvision_keys_and_outputs():
+    # A tiny ViT runs the same wrapper code as ViT-B/16 at a fraction of the cost.
+    tiny = VisionTransformer(image_size=32, patch_size=16, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=8)
+    wrapped = FedViT(tiny).eval()
+    x = torch.rand(2, 3, 32, 32)
+
+    with torch.no_grad():
+        same = torch.allclose(wrapped(x), tiny.eval()(x))
+
+    assert same
+    assert list(wrapped.state_dict()) == list(tiny.state_dict())
+    assert list(_build("resnet18", (3, 32, 32)).state_dict()) == list(tvm.resnet18().state_dict())
+
+
+def test_torchvision_imagenet_checkpoint_loads_with_new_head(tmp_path: Path):
+    imagenet = tvm.resnet18(weights=None)  # stands in for a downloaded 1000-class file
+    path = tmp_path / "resnet18.pt"
+    torch.save(imagenet.state_dict(), path)
+
+    model = _build("resnet18", (3, 32, 32), classes=10, weights=str(path))
+
+    assert torch.equal(model.layer3[0].conv1.weight, imagenet.layer3[0].conv1.weight)
+    assert model.fc.weight.shape == (10, 512)
 
 
 def test_vit_rejects_sizes_it_cannot_patchify():
