@@ -1,0 +1,63 @@
+"""Two-component Gaussian-mixture splits (scikit-learn), the workhorse of noise detection.
+
+Every method that separates clean from noisy by a mixture (FedGR's sieving, FedNoRo's
+client detection, FedRG's per-client split, FedSIR's descriptor GMM, small-loss
+detectors) goes through `clean_posterior`, so the orientation rule lives in one place:
+the clean component is the one with the *lower* mean along `order_dim`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.mixture import GaussianMixture
+
+
+def zscore(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """Column-wise z-scores of (n, d) data; constant columns become 0."""
+    x = np.asarray(x, dtype=float)
+    std = x.std(axis=0)
+    return (x - x.mean(axis=0)) / np.where(std > eps, std, 1.0)
+
+
+def clean_posterior(
+    values: np.ndarray,
+    seed: int,
+    n_init: int = 1,
+    order_dim: int = 0,
+    standardize: bool = False,
+    covariance_type: str = "full",
+    reg_covar: float = 1e-6,
+    max_iter: int = 100,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior of the lower-mean component for each row, and the two component means.
+
+    values: (n,) or (n, d). Returns (q (n,), means (2, d)) with means[0] the clean one.
+    Degenerate inputs (n < 2 or no spread) cannot be split: everything is called clean
+    (q = 1) and both means equal the data mean.
+    """
+    x = np.asarray(values, dtype=float)
+    x = x[:, None] if x.ndim == 1 else x
+    if standardize:
+        x = zscore(x)
+    if len(x) < 2 or np.allclose(x.std(axis=0), 0.0):
+        mean = x.mean(axis=0) if len(x) else np.zeros(x.shape[1])
+        return np.ones(len(x)), np.stack([mean, mean])
+    gmm = GaussianMixture(
+        n_components=2, covariance_type=covariance_type, n_init=n_init, reg_covar=reg_covar,
+        max_iter=max_iter, random_state=seed,
+    ).fit(x)
+    clean = int(np.argmin(gmm.means_[:, order_dim]))
+    q = gmm.predict_proba(x)[:, clean]
+    return q, gmm.means_[[clean, 1 - clean]]
+
+
+def noisy_fraction(q: np.ndarray, estimator: str = "mean") -> float:
+    """Noise-rate estimate from clean posteriors: mean(1 - q) ('mean') or share of q < 0.5 ('threshold')."""
+    q = np.asarray(q, dtype=float)
+    if not len(q):
+        return 0.0
+    if estimator == "threshold":
+        return float(np.mean(q < 0.5))
+    if estimator == "mean":
+        return float(np.mean(1.0 - q))
+    raise ValueError(f"unknown estimator {estimator!r}")
