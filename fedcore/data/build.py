@@ -42,6 +42,7 @@ def build(cfg: ExperimentConfig) -> FederatedDataset:
         "in_shape": list(ds.x_train.shape[1:]),
         "mean": list(ds.mean),
         "std": list(ds.std),
+        "flip_ok": ds.flip_ok,
         "num_train": int(len(ds.y_train)),
         "num_test": int(len(ds.y_test)),
         "seed": cfg.data_seed,

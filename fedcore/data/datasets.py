@@ -45,6 +45,7 @@ class RawDataset:
     y_train_known: np.ndarray | None = None
     groups: np.ndarray | None = None
     asym_map: dict[int, int] | None = None
+    flip_ok: bool = False  # may augmentation mirror images? False for digits and text
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -287,6 +287,11 @@ class Augmenter:
                 f"expected (B, {self.channels}, H, W) float batch in [0, 1], got {tuple(x.shape)}"
             )
 
+    @classmethod
+    def for_dataset(cls, meta: dict, in_shape: tuple[int, int, int]) -> Augmenter:
+        """The policy for a FederatedDataset: its channels, image side and `flip_ok` flag."""
+        return cls(channels=in_shape[0], size=in_shape[-1], flip_ok=bool(meta.get("flip_ok", False)))
+
     def weak(self, x: torch.Tensor, gen: Gen) -> torch.Tensor:
         self._check(x)
         return weak(x, gen, flip=self.flip_ok, pad=self._pad)
