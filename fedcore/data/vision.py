@@ -1,0 +1,275 @@
+"""Image datasets in torchvision's on-disk formats: mnist, fashion_mnist, cifar10, cifar100, svhn.
+
+Files are read by torchvision's own dataset classes with download=False, from data.root
+(a local folder or an s3:// prefix staged into data.cache_dir). Official train/test
+splits. A missing, truncated or malformed file raises a DataError naming it. MNIST-style
+`*-ubyte.gz` files are unpacked next to themselves on first use. torchvision's md5 checks
+are off by default (so re-packed files load, and truncation is caught while parsing); set
+data.params.verify_md5=true to insist on the official checksums.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedcore.config import DataConfig
+from fedcore.data.datasets import RawDataset, register_dataset, resolve_root
+from fedcore.errors import DataError
+from fedcore.storage import atomic_write
+
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte")
+MNIST_ASYM = {2: 7, 3: 8, 5: 6, 6: 5, 7: 1}
+CIFAR10_ASYM = {9: 1, 2: 0, 4: 7, 3: 5, 5: 3}  # truck->automobile, bird->airplane, deer->horse, cat<->dog
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a dataset's files sit under data.root, and how to parse one of them."""
+
+    folder: str
+    files: tuple[str, ...]
+    check: Callable[[Path], object]  # raises on a truncated or malformed file
+
+    def describe(self, root: str | Path) -> str:
+        return f"{Path(root) / self.folder}/{{{', '.join(self.files)}}}"
+
+
+def channel_stats(x: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std of uint8 images x (N, C, H, W), on the [0, 1] scale."""
+    levels = np.arange(256, dtype=np.float64) / 255.0
+    means, stds = [], []
+    for c in range(x.shape[1]):
+        # A 256-bin histogram is exact for uint8 and never materialises a float copy of x.
+        p = np.bincount(x[:, c].ravel(), minlength=256).astype(np.float64)
+        p /= max(p.sum(), 1.0)
+        mean = float(p @ levels)
+        means.append(mean)
+        # A constant channel would make normalisation divide by zero.
+        stds.append(max(float(np.sqrt(p @ (levels - mean) ** 2)), 1.0 / 255.0))
+    return tuple(means), tuple(stds)
+
+
+def _base(root: Path, folder: str) -> Path:
+    # Accept data.root pointing into the dataset's own folder (…/MNIST/raw, …/cifar-10-batches-py).
+    parts = Path(folder).parts
+    for k in range(len(parts), 0, -1):
+        if root.parts[-k:] == parts[:k]:
+            return root.parents[k - 1]
+    return root
+
+
+def _gunzip_missing(name: str, folder: Path, files: tuple[str, ...]) -> None:
+    for f in files:
+        raw, gz = folder / f, folder / f"{f}.gz"
+        if raw.is_file() or not gz.is_file():
+            continue
+        try:
+            with gzip.open(gz, "rb") as fin, atomic_write(raw) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+        except PermissionError:
+            raise DataError(f"{name}: cannot unpack '{gz}' (read-only folder); gunzip it yourself") from None
+        except (OSError, EOFError) as err:
+            raise DataError(f"{name}: '{gz}' is truncated or not gzip ({type(err).__name__}); "
+                            "replace it with the official file") from None
+
+
+def _open(cfg: DataConfig, layout: Layout, gz: bool = False) -> Path:
+    """Resolve data.root, check every expected file is there, and return the torchvision root."""
+    root = _base(resolve_root(cfg, expected=layout.describe("<data.root>")), layout.folder)
+    folder = root / layout.folder
+    if gz:
+        _gunzip_missing(cfg.name, folder, layout.files)
+    missing = [f for f in layout.files if not (folder / f).is_file()]
+    if missing:
+        hint = " (or the same names with .gz)" if gz else ""
+        raise DataError(f"{cfg.name}: {', '.join(missing)} not found; put the official files at "
+                        f"{layout.describe(root)}{hint}")
+    return root
+
+
+def _read(cfg: DataConfig, layout: Layout, root: Path, build: Callable[[bool], Any]) -> tuple[Any, Any]:
+    """Build the (train, test) torchvision datasets, turning parse failures into a DataError."""
+    try:
+        return build(True), build(False)
+    except Exception as err:  # torchvision raises RuntimeError/ValueError/EOFError/...: all mean a bad file
+        folder = root / layout.folder
+        for f in layout.files:
+            try:
+                layout.check(folder / f)
+            except Exception as bad:
+                raise DataError(f"{cfg.name}: '{folder / f}' is truncated or malformed "
+                                f"({type(bad).__name__}); replace it with the official file") from None
+        if cfg.params.get("verify_md5", False):
+            raise DataError(f"{cfg.name}: {layout.describe(root)} do not match the official md5 checksums; "
+                            "replace them, or set data.params.verify_md5=false") from None
+        raise DataError(f"{cfg.name}: cannot read {layout.describe(root)} ({type(err).__name__}); "
+                        "replace them with the official files") from None
+
+
+def _assemble(cfg: DataConfig, where: str, splits: tuple[np.ndarray, ...], class_names: list[str],
+              asym_map: dict[int, int] | None) -> RawDataset:
+    """Check sizes and label ranges, then build the RawDataset from (x_tr, y_tr, x_te, y_te)."""
+    x_tr, y_tr, x_te, y_te = splits
+    k = len(class_names)
+    for split, x, y in (("train", x_tr, y_tr), ("test", x_te, y_te)):
+        if len(x) != len(y):
+            raise DataError(f"{cfg.name}: the {split} split has {len(x)} images but {len(y)} labels in "
+                            f"{where}; replace the files with the official ones")
+        if len(y) and (y.min() < 0 or y.max() >= k):
+            raise DataError(f"{cfg.name}: {split} labels in {where} fall outside 0..{k - 1}; "
+                            "replace the files with the official ones")
+    mean, std = channel_stats(x_tr)
+    return RawDataset(
+        name=cfg.name, x_train=np.ascontiguousarray(x_tr), y_train=y_tr.astype(np.int64),
+        x_test=np.ascontiguousarray(x_te), y_test=y_te.astype(np.int64), num_classes=k,
+        class_names=class_names, mean=mean, std=std, asym_map=asym_map,
+    )
+
+
+def _unverified(cls: type, **lists: Any) -> type:
+    # Same loading code, no md5: official md5s reject re-packed (and test-sized) files.
+    return type(cls.__name__, (cls,), lists)
+
+
+# -- MNIST and Fashion-MNIST ---------------------------------------------------------------
+
+
+def _check_idx(path: Path) -> None:
+    from torchvision.datasets.mnist import read_image_file, read_label_file
+
+    (read_label_file if "labels" in path.name else read_image_file)(str(path))
+
+
+def _load_mnist_like(cfg: DataConfig, cls: type, asym_map: dict[int, int] | None) -> RawDataset:
+    layout = Layout(f"{cls.__name__}/raw", MNIST_FILES, _check_idx)
+    root = _open(cfg, layout, gz=True)
+    tr, te = _read(cfg, layout, root, lambda train: cls(str(root), train=train, download=False))
+    splits = (tr.data.numpy()[:, None], tr.targets.numpy(), te.data.numpy()[:, None], te.targets.numpy())
+    return _assemble(cfg, layout.describe(root), splits, list(cls.classes), asym_map)
+
+
+@register_dataset("mnist")
+def load_mnist(cfg: DataConfig) -> RawDataset:
+    """MNIST, 60k/10k grey 28x28, from <root>/MNIST/raw/*-ubyte."""
+    from torchvision.datasets import MNIST
+
+    return _load_mnist_like(cfg, MNIST, MNIST_ASYM)
+
+
+@register_dataset("fashion_mnist")
+def load_fashion_mnist(cfg: DataConfig) -> RawDataset:
+    """Fashion-MNIST, 60k/10k grey 28x28, from <root>/FashionMNIST/raw/*-ubyte."""
+    from torchvision.datasets import FashionMNIST
+
+    return _load_mnist_like(cfg, FashionMNIST, None)
+
+
+# -- CIFAR-10 and CIFAR-100 -----------------------------------------------------------------
+
+
+def _unpickle(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        d = pickle.load(f, encoding="latin1")
+    if not isinstance(d, dict):
+        raise TypeError("not a dict")
+    return d
+
+
+def _check_cifar(path: Path) -> None:
+    d = _unpickle(path)
+    if "data" not in d:
+        if not ({"label_names", "fine_label_names"} & d.keys()):
+            raise KeyError("label_names")
+        return
+    data, labels = np.asarray(d["data"]), d.get("labels", d.get("fine_labels"))
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or labels is None or len(labels) != len(data):
+        raise ValueError(f"data {data.shape} with {None if labels is None else len(labels)} labels")
+
+
+def _load_cifar(cfg: DataConfig, cls: Any, asym_map: dict[int, int] | None) -> tuple[RawDataset, Path]:
+    names = [n for n, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+    layout = Layout(cls.base_folder, tuple(names), _check_cifar)
+    root = _open(cfg, layout)
+    if not cfg.params.get("verify_md5", False):
+        cls = _unverified(cls, train_list=[[n, None] for n, _ in cls.train_list],
+                          test_list=[[n, None] for n, _ in cls.test_list], meta={**cls.meta, "md5": None})
+    tr, te = _read(cfg, layout, root, lambda train: cls(str(root), train=train, download=False))
+    # torchvision keeps CIFAR as (N, H, W, C); RawDataset wants (N, C, H, W).
+    splits = (tr.data.transpose(0, 3, 1, 2), np.asarray(tr.targets), te.data.transpose(0, 3, 1, 2),
+              np.asarray(te.targets))
+    return _assemble(cfg, layout.describe(root), splits, list(tr.classes), asym_map), root / layout.folder
+
+
+@register_dataset("cifar10")
+def load_cifar10(cfg: DataConfig) -> RawDataset:
+    """CIFAR-10, 50k/10k RGB 32x32, from <root>/cifar-10-batches-py."""
+    from torchvision.datasets import CIFAR10
+
+    return _load_cifar(cfg, CIFAR10, CIFAR10_ASYM)[0]
+
+
+@register_dataset("cifar100")
+def load_cifar100(cfg: DataConfig) -> RawDataset:
+    """CIFAR-100, 50k/10k RGB 32x32, from <root>/cifar-100-python.
+
+    asym_map flips each class to the next one (by index, cyclically) within its superclass,
+    with superclasses read from the coarse labels of the official test file.
+    """
+    from torchvision.datasets import CIFAR100
+
+    ds, folder = _load_cifar(cfg, CIFAR100, None)
+    ds.asym_map = superclass_map(_unpickle(folder / "test"))
+    return ds
+
+
+def superclass_map(batch: dict[str, Any]) -> dict[int, int] | None:
+    """fine -> next fine class of the same superclass, from a batch with fine and coarse labels."""
+    fine, coarse = batch.get("fine_labels"), batch.get("coarse_labels")
+    if fine is None or coarse is None:
+        return None
+    if len(fine) != len(coarse):
+        return None
+    pairs = set(zip(np.asarray(fine).tolist(), np.asarray(coarse).tolist(), strict=True))
+    groups: dict[int, list[int]] = {}
+    for f, c in sorted(pairs):
+        groups.setdefault(c, []).append(f)
+    if len(pairs) != len({f for f, _ in pairs}):
+        return None  # a fine class under two superclasses: not the official labelling
+    return {f: g[(i + 1) % len(g)] for g in groups.values() if len(g) > 1 for i, f in enumerate(g)}
+
+
+# -- SVHN --------------------------------------------------------------------------------
+
+
+def _check_mat(path: Path) -> None:
+    import scipy.io as sio
+
+    mat = sio.loadmat(str(path))
+    x, y = mat["X"], mat["y"]
+    if x.ndim != 4 or x.shape[:3] != (32, 32, 3) or len(y.ravel()) != x.shape[3]:
+        raise ValueError(f"X {x.shape}, y {y.shape}")
+
+
+@register_dataset("svhn")
+def load_svhn(cfg: DataConfig) -> RawDataset:
+    """SVHN cropped digits, 73k/26k RGB 32x32, from <root>/train_32x32.mat and test_32x32.mat."""
+    from torchvision.datasets import SVHN
+
+    layout = Layout("", ("train_32x32.mat", "test_32x32.mat"), _check_mat)
+    root = _open(cfg, layout)
+    cls: Any = SVHN
+    if not cfg.params.get("verify_md5", False):
+        cls = _unverified(SVHN, split_list={k: [u, fn, None] for k, (u, fn, _) in SVHN.split_list.items()})
+    split = {True: "train", False: "test"}
+    tr, te = _read(cfg, layout, root, lambda train: cls(str(root), split=split[train], download=False))
+    splits = (tr.data, tr.labels, te.data, te.labels)
+    return _assemble(cfg, layout.describe(root), splits, [str(d) for d in range(10)], None)
