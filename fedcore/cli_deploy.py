@@ -1,0 +1,78 @@
+"""`fedcore deploy ...`: render, check and smoke-test the Kubernetes deployment.
+
+Thin wrappers over `fedcore.deploy`; `fedcore.cli` registers this `app` as `deploy`.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedcore import deploy
+
+app = typer.Typer(help="Render, check and smoke-test the Kubernetes deployment (k8s/).", no_args_is_help=True)
+
+
+class Overlay(StrEnum):
+    local = "local"
+    gpu = "gpu"
+
+
+K8sDirOpt = Annotated[
+    Path | None, typer.Option("--k8s-dir", help="the repo's k8s/ directory (default: found from the cwd)")
+]
+
+
+@app.command("render")
+def render_cmd(
+    overlay: Annotated[Overlay, typer.Option("--overlay", help="local (CPU, kind/minikube) or gpu")] = Overlay.local,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="write here instead of stdout")] = None,
+    k8s_dir: K8sDirOpt = None,
+) -> None:
+    """Print the manifests of one overlay (pipe into `kubectl apply -f -`)."""
+    text = deploy.render(overlay.value, k8s_dir)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    out.write_text(text)
+    typer.echo(f"wrote {out} ({len(deploy.load_objects(text))} objects)", err=True)
+
+
+@app.command("check")
+def check_cmd(
+    overlay: Annotated[
+        list[Overlay] | None, typer.Option("--overlay", help="overlay to check (repeatable; default: all)")
+    ] = None,
+    k8s_version: Annotated[
+        list[str] | None, typer.Option("--k8s-version", help="Kubernetes schema version (repeatable)")
+    ] = None,
+    k8s_dir: K8sDirOpt = None,
+) -> None:
+    """Render overlays, validate every object strictly and apply the security policy."""
+    versions = k8s_version or list(deploy.K8S_VERSIONS)
+    failed = False
+    for item in overlay or list(Overlay):
+        problems = deploy.check(item.value, versions, k8s_dir)
+        typer.echo(f"{item.value}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+        for problem in problems:
+            typer.echo(f"  {problem}")
+        failed = failed or bool(problems)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("smoke")
+def smoke_cmd(
+    require_gpu: Annotated[bool, typer.Option("--require-gpu", help="fail unless CUDA sees a device")] = False,
+) -> None:
+    """Check from inside a pod that MLflow, the bucket and the cache are usable."""
+    problems = deploy.smoke(require_gpu)
+    for problem in problems:
+        typer.echo(f"FAIL {problem}")
+    if problems:
+        raise typer.Exit(1)
+    typer.echo("smoke: MLflow, S3 bucket and cache are usable" + (", GPU visible" if require_gpu else ""))
