@@ -94,16 +94,26 @@ def run_experiment(
             "data_sha256": fed.sha256, "fed": fed}
     for cb in cbs:
         cb.on_run_start(info)
+    try:
+        state, summary = _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages,
+                                out)
+    except BaseException as err:
+        for cb in cbs:
+            cb.on_failure(err)
+        raise
+    for cb in cbs:
+        cb.on_run_end(summary, out)
+    return RunResult(out, summary, loop_state.history, state)
+
+
+def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out):
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
         clients_state, cbs, evaluator=evaluator, scorer=Scorer(fed), eval_every=cfg.train.eval_every,
         checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every,
     )
     state = loop.run(state, loop_state, only=stages)
-    summary = write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator)
-    for cb in cbs:
-        cb.on_run_end(summary, out)
-    return RunResult(out, summary, loop_state.history, state)
+    return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator)
 
 
 def _check_stages(method: Any, stages: Sequence[str] | None) -> None:

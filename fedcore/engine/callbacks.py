@@ -25,6 +25,9 @@ class Callback:
     def on_run_end(self, summary: dict[str, float], out_dir: Path) -> None:
         """summary: final metrics (final/acc, final/acc_last10, ...); out_dir holds model.pt, history.csv."""
 
+    def on_failure(self, error: BaseException) -> None:
+        """The run raised (or was interrupted); release what on_run_start acquired."""
+
     def should_stop(self) -> bool:
         """Return True to end the run early (checked after every round)."""
         return False

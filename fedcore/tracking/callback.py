@@ -47,6 +47,7 @@ class TrackingCallback(Callback):
     # -- hooks ---------------------------------------------------------------------------
 
     def on_run_start(self, info: dict[str, Any]) -> None:
+        self.data_sha256 = self.data_sha256 or info.get("data_sha256")
         t = self.cfg.tracking
         # Inside an open (parent) run with nothing configured, become its child: the local sweep case.
         nested = t.run_id is None and t.parent_run_id is None and self.tracker.run_id is not None
@@ -86,6 +87,9 @@ class TrackingCallback(Callback):
         self._log_outputs(Path(out_dir))
         if not self.keep_open:
             self._end("FINISHED")
+
+    def on_failure(self, error: BaseException) -> None:
+        self.fail(error)
 
     def fail(self, error: BaseException | str | None = None) -> None:
         """End the run as FAILED, recording the error; never raises over the original failure."""
