@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator
 from functools import lru_cache
@@ -22,6 +23,7 @@ from typing import Any
 from fedcore.errors import ArtifactError, StorageError
 
 MB = 1024 * 1024
+_SMALL = 8 * MB  # below this, one plain GET beats a managed (possibly multipart) transfer
 SHA_KEY = "sha256"  # object metadata key holding the content's hex sha256
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL")
 _CLIENT_VARS = (
@@ -154,7 +156,7 @@ def missing(uri: str, bucket_missing: bool = False) -> StorageError:
     """The error for a URI with nothing behind it, naming the bucket when that is what is missing."""
     bucket = parse_s3(uri)[0]
     # A HEAD on a missing bucket answers a bare 404 too, so ask the bucket itself.
-    if bucket_missing or not bucket_exists(bucket):
+    if bucket_missing or not _bucket_exists_or_unknown(bucket):
         return StorageError(f"bucket '{bucket}' does not exist at {endpoint_url() or 'AWS S3'}; "
                             f"create it or fix the bucket in '{uri}'")
     return StorageError(f"no object at '{uri}'; check the key (fedcore.storage.list_prefix lists a prefix)")
@@ -195,6 +197,14 @@ def bucket_exists(bucket: str) -> bool:
                 return False
             raise
     return True
+
+
+def _bucket_exists_or_unknown(bucket: str) -> bool:
+    # Credentials allowed to read objects may still be denied HeadBucket; assume it exists then.
+    try:
+        return bucket_exists(bucket)
+    except StorageError:
+        return True
 
 
 def head(uri: str) -> dict[str, Any] | None:
@@ -252,18 +262,18 @@ def put_file(src: Path, uri: str, threshold: int, chunk: int) -> str:
     return uri
 
 
-def get_file(uri: str, dest: Path) -> dict[str, Any]:
-    """Download to a temp file beside `dest`, verify size and sha256, then rename; returns the HEAD."""
+def get_file(uri: str, dest: Path, size_hint: int | None = None) -> dict[str, Any]:
+    """Download to a temp file beside `dest`, verify size and sha256, then rename.
+
+    Returns the response metadata (ETag, ContentLength, Metadata). A `size_hint` below
+    8 MiB (known from a listing) means one GET instead of a HEAD plus a managed transfer.
+    """
     bucket, key = object_key(uri)
-    meta = head(uri)
-    if meta is None:
-        raise missing(uri)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     os.close(fd)
     try:
-        with errors(uri, "downloading"):
-            client().download_file(bucket, key, tmp, Config=transfer_config())
+        meta = _fetch(uri, bucket, key, tmp, size_hint)
         size, want = os.path.getsize(tmp), meta.get("Metadata", {}).get(SHA_KEY)
         if size != meta["ContentLength"]:
             raise ArtifactError(f"download of '{uri}' is truncated ({size} of {meta['ContentLength']} "
@@ -275,6 +285,20 @@ def get_file(uri: str, dest: Path) -> dict[str, Any]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    return meta
+
+
+def _fetch(uri: str, bucket: str, key: str, tmp: str, size_hint: int | None) -> dict[str, Any]:
+    if size_hint is not None and size_hint < _SMALL:
+        with errors(uri, "downloading"), open(tmp, "wb") as f:
+            resp = client().get_object(Bucket=bucket, Key=key)
+            shutil.copyfileobj(resp["Body"], f, MB)
+        return resp
+    meta = head(uri)
+    if meta is None:
+        raise missing(uri)
+    with errors(uri, "downloading"):
+        client().download_file(bucket, key, tmp, Config=transfer_config())
     return meta
 
 

@@ -34,6 +34,7 @@ PathOrUri = str | os.PathLike[str]
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _MANIFEST = ".fedcore-stage.json"  # ETags of staged files, so a re-stage skips unchanged ones
 _WORKERS = 8
+_CHUNK = 1024
 
 
 @contextlib.contextmanager
@@ -80,8 +81,12 @@ def _local_files(root: Path) -> list[Path]:
 
 
 def _parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    # Chunks keep a million-file prefix from queueing a million futures at once.
+    items, out = list(items), []
     with ThreadPoolExecutor(_WORKERS) as pool:
-        return list(pool.map(fn, items))
+        for start in range(0, len(items), _CHUNK):
+            out += pool.map(fn, items[start:start + _CHUNK])
+    return out
 
 
 def _safe_rel(rel: str, key: str) -> str:
@@ -110,8 +115,13 @@ def upload_file(local: PathOrUri, uri: str, *, multipart_threshold: int = 64 * M
 
 
 def download_file(uri: PathOrUri, local: PathOrUri) -> Path:
-    """Download one object to `local` atomically; ArtifactError when its stored sha256 disagrees."""
+    """Download one object to `local` atomically; ArtifactError when its stored sha256 disagrees.
+
+    An existing folder as `local` receives the file under its own name.
+    """
     dest = _local(local)
+    if dest.is_dir():
+        dest = dest / str(uri).rstrip("/").rsplit("/", 1)[-1]
     if not is_s3(uri):
         return _copy_local(_local(uri), dest)
     _s3.get_file(str(uri), dest)
@@ -163,6 +173,7 @@ def upload_dir(local_dir: PathOrUri, uri_prefix: str) -> list[str]:
         raise StorageError(f"'{root}' is not a directory; pass the folder to upload")
     if is_s3(uri_prefix):
         parse_s3(uri_prefix)
+        _s3.client()  # build the shared client once, before the worker threads need it
     return _parallel(lambda f: upload_file(f, _s3.join(str(uri_prefix), f.relative_to(root).as_posix())),
                      _local_files(root))
 
@@ -205,7 +216,7 @@ def _mirror(uri_prefix: str, target: Path, skip_fresh: bool) -> Path:
         dest = target / rel
         if manifest.get(rel) == obj["ETag"] and dest.is_file() and dest.stat().st_size == obj["Size"]:
             return rel, obj["ETag"]
-        return rel, _s3.get_file(f"s3://{bucket}/{obj['Key']}", dest)["ETag"]
+        return rel, _s3.get_file(f"s3://{bucket}/{obj['Key']}", dest, size_hint=obj["Size"])["ETag"]
 
     etags = dict(_parallel(fetch, objects))
     if skip_fresh:

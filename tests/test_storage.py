@@ -240,6 +240,21 @@ def test_stage_prefix_without_manifest_downloads_again(s3_server: S3Server, s3_b
     assert (local / "a.txt").stat().st_ino != before
 
 
+def test_stage_prefix_detects_tampered_objects(s3_server: S3Server, s3_bucket: str, tmp_path: Path):
+    storage.write_bytes(f"s3://{s3_bucket}/ds/x.bin", b"original")
+    s3_server.client().put_object(Bucket=s3_bucket, Key="ds/x.bin", Body=b"replaced",
+                                  Metadata={"sha256": hashlib.sha256(b"original").hexdigest()})
+    with pytest.raises(ArtifactError, match="checksum mismatch for 's3://.*/ds/x.bin'"):
+        storage.stage_prefix(f"s3://{s3_bucket}/ds", tmp_path / "cache")
+    assert [p.name for p in (tmp_path / "cache" / s3_bucket / "ds").iterdir()] == []
+
+
+def test_download_into_an_existing_folder_keeps_the_name(s3_server: S3Server, s3_bucket: str, tmp_path: Path):
+    storage.write_bytes(f"s3://{s3_bucket}/m/final.pt", b"sd")
+    assert storage.download_file(f"s3://{s3_bucket}/m/final.pt", tmp_path) == tmp_path / "final.pt"
+    assert (tmp_path / "final.pt").read_bytes() == b"sd"
+
+
 def test_stage_prefix_of_empty_prefix_says_what_to_do(s3_server: S3Server, s3_bucket: str, tmp_path: Path):
     with pytest.raises(StorageError, match="nothing under .*upload the files first"):
         storage.stage_prefix(f"s3://{s3_bucket}/nothing-here", tmp_path / "cache")

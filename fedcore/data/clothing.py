@@ -16,8 +16,9 @@ data.params.max_test does the same for the test keys.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import numpy as np
 from fedcore.config import DataConfig
 from fedcore.data.datasets import RawDataset, register_dataset, resolve_root
 from fedcore.data.vision import channel_stats
-from fedcore.errors import DataError
+from fedcore.errors import ConfigError, DataError
 
 CLASS_NAMES = ["T-Shirt", "Shirt", "Knitwear", "Chiffon", "Sweater", "Hoodie", "Windbreaker", "Jacket",
                "Down Coat", "Suit", "Shawl", "Dress", "Vest", "Underwear"]
@@ -35,6 +36,7 @@ TRAIN_KEYS, TEST_KEYS = "noisy_train_key_list.txt", "clean_test_key_list.txt"
 REQUIRED = (NOISY_KV, CLEAN_KV, TRAIN_KEYS, TEST_KEYS)
 DEFAULT_SIZE = 64
 _PROGRESS_MIN = 4000  # below this many images a progress bar is only noise
+_CHUNK = 2048
 _EXPECTED = f"an images/ folder plus {', '.join(REQUIRED)} (in the root or in annotations/)"
 
 
@@ -117,17 +119,35 @@ def load_images(root: Path, keys: list[str], size: int, what: str) -> np.ndarray
     def one(i: int) -> None:
         out[i] = read_image(root / keys[i], size)
 
-    # Pillow releases the GIL while decoding, so threads scale on the cores there are.
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        done = pool.map(one, range(len(keys)))
-        if len(keys) > _PROGRESS_MIN:
-            from rich.console import Console
-            from rich.progress import track
-
-            done = track(done, total=len(keys), description=f"clothing1m {what}", console=Console(stderr=True))
-        for _ in done:
-            pass
+    # Pillow releases the GIL while decoding, so threads scale on the cores there are. Chunks
+    # keep a million keys from queueing a million futures at once.
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool, _progress(len(keys), what) as step:
+        for start in range(0, len(keys), _CHUNK):
+            chunk = range(start, min(start + _CHUNK, len(keys)))
+            for _ in pool.map(one, chunk):
+                pass
+            step(len(chunk))
     return out
+
+
+@contextlib.contextmanager
+def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
+    if total <= _PROGRESS_MIN:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"clothing1m {what} images", total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _cap_param(cfg: DataConfig, name: str) -> int | None:
+    value = cfg.params.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"data.params.{name} must be a positive integer, got {value!r}")
+    return value
 
 
 @register_dataset("clothing1m")
@@ -141,7 +161,7 @@ def load_clothing1m(cfg: DataConfig) -> RawDataset:
         raise DataError(f"clothing1m: '{ann / (TEST_KEYS if train_keys else TRAIN_KEYS)}' lists no images; "
                         "replace it with the official file")
     train_keys = [train_keys[i] for i in cap_indices(len(train_keys), cfg.max_train)]
-    test_keys = [test_keys[i] for i in cap_indices(len(test_keys), cfg.params.get("max_test"))]
+    test_keys = [test_keys[i] for i in cap_indices(len(test_keys), _cap_param(cfg, "max_test"))]
     y_noisy = _labels(train_keys, noisy, ann / NOISY_KV, ann / TRAIN_KEYS)
     known = np.fromiter((k in clean for k in train_keys), dtype=bool, count=len(train_keys))
     y_train = np.where(known, [clean.get(k, -1) for k in train_keys], y_noisy).astype(np.int64)

@@ -70,7 +70,8 @@ def _base(root: Path, folder: str) -> Path:
 def _gunzip_missing(name: str, folder: Path, files: tuple[str, ...]) -> None:
     for f in files:
         raw, gz = folder / f, folder / f"{f}.gz"
-        if raw.is_file() or not gz.is_file():
+        # Unpack again when the archive is newer, e.g. after a re-staged s3:// copy.
+        if not gz.is_file() or (raw.is_file() and raw.stat().st_mtime_ns >= gz.stat().st_mtime_ns):
             continue
         try:
             with gzip.open(gz, "rb") as fin, atomic_write(raw) as fout:

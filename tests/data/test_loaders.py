@@ -6,6 +6,7 @@ Nothing is mocked: torchvision's own dataset classes read these files.
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 from pathlib import Path
 
@@ -16,9 +17,10 @@ from PIL import Image
 
 from fedcore import storage
 from fedcore.config import DataConfig
+from fedcore.data import clothing
 from fedcore.data.datasets import load_dataset
 from fedcore.data.vision import superclass_map
-from fedcore.errors import DataError
+from fedcore.errors import ConfigError, DataError
 
 RNG = np.random.default_rng(7)
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -127,6 +129,17 @@ def test_mnist_raw_and_gz(tmp_path: Path, gz: bool):
     assert ds.mean == pytest.approx((px.mean(),)) and ds.std == pytest.approx((px.std(),))
 
 
+def test_mnist_gz_is_unpacked_again_when_newer(tmp_path: Path):
+    write_mnist(tmp_path, gz=True)
+    first = _load("mnist", tmp_path).x_test
+    write_mnist(tmp_path, gz=True)  # new random images, as after re-staging a changed upload
+    gz = tmp_path / "MNIST/raw/t10k-images-idx3-ubyte.gz"
+    later = (tmp_path / "MNIST/raw/t10k-images-idx3-ubyte").stat().st_mtime_ns + 10**9
+    os.utime(gz, ns=(later, later))
+    second = _load("mnist", tmp_path).x_test
+    assert not np.array_equal(first, second)
+
+
 def test_mnist_root_may_point_into_the_raw_folder(tmp_path: Path):
     write_mnist(tmp_path)
     assert _load("mnist", tmp_path / "MNIST" / "raw").x_test.shape == (5, 1, 28, 28)
@@ -193,6 +206,23 @@ def test_clothing1m_cap_and_default_size(tmp_path: Path):
     ds = _load("clothing1m", tmp_path, max_train=3, params={"max_test": 2})
     assert ds.x_train.shape == (3, 3, 64, 64) and len(ds.y_test) == 2
     assert set(ds.y_train_noisy.tolist()) <= set(range(8))
+
+
+def test_clothing1m_progress_path_gives_the_same_arrays(tmp_path: Path, monkeypatch):
+    write_clothing(tmp_path)
+    quiet = _load("clothing1m", tmp_path, image_size=8)
+    monkeypatch.setattr(clothing, "_PROGRESS_MIN", 2)
+    monkeypatch.setattr(clothing, "_CHUNK", 3)
+    shown = _load("clothing1m", tmp_path, image_size=8)
+    np.testing.assert_array_equal(quiet.x_train, shown.x_train)
+    np.testing.assert_array_equal(quiet.x_test, shown.x_test)
+
+
+@pytest.mark.parametrize("bad", [0, "5", True])
+def test_clothing1m_max_test_must_be_positive_int(tmp_path: Path, bad):
+    write_clothing(tmp_path)
+    with pytest.raises(ConfigError, match="data.params.max_test must be a positive integer"):
+        _load("clothing1m", tmp_path, params={"max_test": bad})
 
 
 # -- failures name the files --------------------------------------------------------------
