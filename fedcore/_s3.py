@@ -246,11 +246,20 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
+def _read_umask() -> int:
+    # Setting the umask to read it is process-wide, so do it once, at import, before any
+    # worker thread could create a file during the window.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+_UMASK = _read_umask()
+
+
 def publish(tmp: str | os.PathLike[str], dest: Path) -> None:
     """Rename a finished temp file onto `dest` with the permissions a plain open() would give."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    os.chmod(tmp, 0o666 & ~_UMASK)
     os.replace(tmp, dest)
 
 

@@ -41,8 +41,16 @@ _CHUNK = 1024
 def atomic_write(path: PathOrUri, mode: str = "wb", encoding: str | None = None) -> Iterator[IO[Any]]:
     """Yield a temp file beside `path`; on success fsync it and os.replace it onto `path`.
 
-    On an exception the temp file is removed and `path` is left as it was.
+    On an exception the temp file is removed and `path` is left as it was. For an s3://
+    `path` the temp file is local and is uploaded (with its sha256) once complete.
     """
+    if is_s3(path):
+        with tempfile.TemporaryDirectory(prefix="fedcore-upload-") as tmp_dir:
+            local = Path(tmp_dir) / "part"
+            with open(local, mode, encoding=encoding) as f:
+                yield f
+            _s3.put_file(local, str(path), 64 * MB, 16 * MB)
+        return
     dest = _local(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")

@@ -131,6 +131,18 @@ def test_bytes_round_trip_and_sha256_metadata(s3_server: S3Server, s3_bucket: st
     assert not storage.exists("s3://no-such-bucket-here")
 
 
+def test_atomic_write_to_s3_uploads_only_when_complete(s3_server: S3Server, s3_bucket: str):
+    uri = f"s3://{s3_bucket}/notes.txt"
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with storage.atomic_write(uri, "w", encoding="utf-8") as f:
+            f.write("partial")
+            raise RuntimeError("interrupted")
+    assert not storage.exists(uri)
+    with storage.atomic_write(uri, "w", encoding="utf-8") as f:
+        f.write("complete")
+    assert storage.read_bytes(uri) == b"complete"
+
+
 def test_file_round_trip_single_part(s3_server: S3Server, s3_bucket: str, tmp_path: Path):
     (tmp_path / "w.pt").write_bytes(b"weights" * 100)
     uri = storage.upload_file(tmp_path / "w.pt", f"s3://{s3_bucket}/models/")
