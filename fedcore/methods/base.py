@@ -84,6 +84,7 @@ class StagedMethod:
         stats = train_local(
             self.model, task.data, labels, loss_fn, self.optim_spec(task), task.gen,
             make_x=self.make_x(task), after_step=self.after_step(task, task_extras),
+            optimizer=self.local_optimizer(task),
         )
         uploads, new_state = self.after_local(task, task_extras)
         return ClientUpdate(
@@ -141,6 +142,10 @@ class StagedMethod:
 
     def after_local(self, task: ClientTask, extras: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
         return {}, None
+
+    def local_optimizer(self, task: ClientTask) -> torch.optim.Optimizer | None:
+        """A ready optimizer for this client's local run (e.g. per-group weight decay); None = from optim_spec."""
+        return None
 
     def optim_spec(self, task: ClientTask) -> OptimSpec:
         lr = task.instructions.get("lr") if task.instructions else None
