@@ -77,6 +77,11 @@ class Evaluator:
         noisy = np.flatnonzero(fed.truth.is_noisy_sample) if memorization and self.task == "single" else []
         self.noisy_idx = torch.as_tensor(np.asarray(noisy, dtype=np.int64), device=device)
         self.noisy_labels = fed.y_train.numpy()[noisy] if len(noisy) else None
+        self.true_corr = None
+        if self.task == "multi":
+            from fedcore.metrics.multilabel import true_correlation
+
+            self.true_corr = true_correlation(fed.meta.get("extras"), fed.y_test.numpy())
         self.last: dict[str, Any] = {}
 
     @torch.no_grad()
@@ -90,7 +95,7 @@ class Evaluator:
         if self.task == "multi":
             from fedcore.metrics.multilabel import multilabel_eval
 
-            out = multilabel_eval(logits, self.y_test)
+            out = multilabel_eval(logits, self.y_test, true_corr=self.true_corr)
             self.last = {"logits": logits.cpu()}
             return out
         pred = logits.argmax(1).cpu().numpy()
