@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore import deploy
+from fedcore import deploy, env
 
 app = typer.Typer(help="Render, check and smoke-test the Kubernetes deployment (k8s/).", no_args_is_help=True)
 
@@ -33,8 +33,10 @@ def render_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write here instead of stdout")] = None,
     k8s_dir: K8sDirOpt = None,
 ) -> None:
-    """Print the manifests of one overlay (pipe into `kubectl apply -f -`)."""
-    text = deploy.render(overlay.value, k8s_dir)
+    """Print the manifests of one overlay (pipe into `kubectl apply -f -`).
+
+    Pods use the project image named by FEDCORE_IMAGE when it is set."""
+    text = deploy.render(overlay.value, k8s_dir, image=env.image())
     if out is None:
         sys.stdout.write(text)
         return

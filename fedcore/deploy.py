@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from fedcore.env import K8S_NAMESPACE, REQUIRED_FOR_STACK, S3_BUCKET
+from fedcore.env import DEFAULT_IMAGE, K8S_NAMESPACE, REQUIRED_FOR_STACK, S3_BUCKET
 from fedcore.errors import UserError
 
 OVERLAYS: tuple[str, ...] = ("local", "gpu")
@@ -56,8 +56,9 @@ def find_kubectl() -> str | None:
     return found or (str(venv_copy) if venv_copy.is_file() else None)
 
 
-def render(overlay: str = "local", root: Path | None = None) -> str:
-    """YAML text of `k8s/overlays/<overlay>` as `kubectl kustomize` renders it."""
+def render(overlay: str = "local", root: Path | None = None, image: str | None = None) -> str:
+    """YAML text of `k8s/overlays/<overlay>` as `kubectl kustomize` renders it; `image`
+    replaces the project image (DEFAULT_IMAGE), e.g. with a copy in your own registry."""
     if overlay not in OVERLAYS:
         raise UserError(f"unknown overlay {overlay!r}: choose one of {', '.join(OVERLAYS)}")
     path = (root or k8s_root()) / "overlays" / overlay
@@ -69,6 +70,8 @@ def render(overlay: str = "local", root: Path | None = None) -> str:
     proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise UserError(f"kubectl kustomize {path} failed: {proc.stderr.strip()}")
+    if image and image != DEFAULT_IMAGE:
+        return re.sub(rf"(image: ){re.escape(DEFAULT_IMAGE)}$", rf"\g<1>{image}", proc.stdout, flags=re.M)
     return proc.stdout
 
 

@@ -36,8 +36,9 @@ REQUIRED_FOR_STACK: tuple[str, ...] = (
 
 # The project image built from ./Dockerfile; pipeline components run in it.
 DEFAULT_IMAGE = "ghcr.io/fedcore/fedcore:0.1.0"
-# MLflow server image built from docker/mlflow.Dockerfile (upstream image + psycopg2 + boto3).
-MLFLOW_IMAGE = "ghcr.io/fedcore/mlflow-server:3.17.2"
+# Upstream MLflow server image; the `-full` flavour has the Postgres drivers and boto3
+# (the plain image has neither). Matches the mlflow==3.17.* client pin.
+MLFLOW_IMAGE = "ghcr.io/mlflow/mlflow:v3.17.2-full"
 
 # Kubernetes names created by k8s/base.
 K8S_NAMESPACE = "fedcore"

@@ -1,0 +1,109 @@
+"""The project Dockerfile (and the compose-only SeaweedFS one): pinned bases, multi-stage,
+non-root final user, no secrets, no build tools or editable installs, pins equal to
+pyproject.toml, and a build context that leaves local files out."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+
+from fedcore import deploy
+
+from .conftest import REPO
+from .dockerfile import ignored, instructions, stages
+
+DOCKERFILE = (REPO / "Dockerfile").read_text()
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|ACCESS_KEY|API_KEY|CREDENTIAL", re.I)
+BUILD_TOOLS = ("build-essential", "gcc", "g++", "make", "python3-dev", "python3-pip", "git", "cmake")
+
+
+def test_reader_joins_continuations_and_resolves_global_args():
+    text = "ARG BASE=img:1.2\n# c\nFROM ${BASE} AS a\nRUN one \\\n  # inner\n  two\nFROM a\nUSER 7\n"
+    assert instructions(text)[2] == ("RUN", "one two")
+    first, second = stages(text)
+    assert (first.image, first.name, second.image) == ("img:1.2", "a", "a")
+    assert second.all("USER") == ["7"]
+
+
+def test_multi_stage_on_a_pinned_cuda_13_base():
+    built = stages(DOCKERFILE)
+    assert len(built) >= 2 and built[0].name
+    for stage in built:
+        assert deploy._image_problem(stage.image) is None, stage.image
+        assert re.fullmatch(r"nvidia/cuda:13\.\d+\.\d+-[a-z]+-ubuntu\d\d\.\d\d", stage.image), stage.image
+    final = built[-1]
+    assert any(f"--from={built[0].name}" in c for c in final.all("COPY"))
+
+
+@pytest.mark.parametrize("path", ["Dockerfile", "docker/seaweedfs.Dockerfile"])
+def test_final_stage_runs_as_a_numeric_non_root_user(path):
+    final = stages((REPO / path).read_text())[-1]
+    users = final.all("USER")
+    assert users, f"{path}: final stage has no USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, users[-1]
+    # Nothing after the last USER may switch back to root.
+    assert final.instructions[-1][0] in ("CMD", "ENTRYPOINT", "WORKDIR", "USER", "LABEL", "EXPOSE")
+
+
+def test_seaweedfs_compose_image_derives_from_the_cluster_image():
+    (stage,) = stages((REPO / "docker/seaweedfs.Dockerfile").read_text())
+    assert stage.image == "chrislusf/seaweedfs:4.00"
+
+
+def test_no_secret_values_in_env_or_args():
+    for op, args in instructions(DOCKERFILE):
+        if op in ("ENV", "ARG"):
+            for name, _, value in re.findall(r"(\w+)(=)?(\S*)", args):
+                assert not (SECRET_NAME.search(name) and value), f"{op} {name} carries a value"
+    assert not any(p.search(DOCKERFILE) for p in deploy._CREDENTIAL_TEXT)
+
+
+def test_final_stage_installs_no_build_tools_and_nothing_editable():
+    final = stages(DOCKERFILE)[-1]
+    installs = " ".join(final.all("RUN"))
+    assert "apt-get install" in installs
+    for tool in BUILD_TOOLS:
+        assert not re.search(rf"(?<![\w.-]){re.escape(tool)}(?![\w.-])", installs), tool
+    assert not re.search(r"pip install[^&]*(-e|--editable)\b", DOCKERFILE)
+    assert "rm -rf /var/lib/apt/lists/*" in installs
+
+
+def test_torch_pins_match_pyproject():
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = {d.split("==")[0]: d.split("==")[1] for d in deps if d.split("==")[0] in ("torch", "torchvision")}
+    runs = " ".join(stages(DOCKERFILE)[0].all("RUN"))
+    for name, version in pins.items():
+        assert f"{name}=={version}" in runs, name
+    assert len(pins) == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "excluded"),
+    [
+        (".env", True),
+        (".git/config", True),
+        (".venv/bin/python", True),
+        ("runs/x/metrics.json", True),
+        ("tests/test_x.py", True),
+        ("fedcore/__pycache__/cli.cpython-312.pyc", True),
+        ("pyproject.toml", False),
+        ("README.md", False),
+        ("fedcore/cli.py", False),
+        ("components/run_stage.py", False),
+        ("pipelines/sweep.py", False),
+    ],
+)
+def test_dockerignore_keeps_only_what_the_image_installs(path, excluded):
+    assert ignored(path, (REPO / ".dockerignore").read_text()) is excluded
+
+
+def test_every_copied_path_survives_dockerignore():
+    rules = (REPO / ".dockerignore").read_text()
+    build = stages(DOCKERFILE)[0]
+    for args in build.all("COPY"):
+        for source in args.split()[:-1]:
+            assert (REPO / source).exists(), source
+            assert not ignored(source, rules), source
