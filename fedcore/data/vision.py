@@ -116,6 +116,10 @@ def _read(cfg: DataConfig, layout: Layout, root: Path, build: Callable[[bool], A
                         "replace them with the official files") from None
 
 
+# Natural photos survive a mirror; digits and clothing glyphs (MNIST, Fashion, SVHN) read differently.
+_MIRRORABLE = frozenset({"cifar10", "cifar100"})
+
+
 def _assemble(cfg: DataConfig, where: str, splits: tuple[np.ndarray, ...], class_names: list[str],
               asym_map: dict[int, int] | None) -> RawDataset:
     """Check sizes and label ranges, then build the RawDataset from (x_tr, y_tr, x_te, y_te)."""
@@ -133,6 +137,7 @@ def _assemble(cfg: DataConfig, where: str, splits: tuple[np.ndarray, ...], class
         name=cfg.name, x_train=np.ascontiguousarray(x_tr), y_train=y_tr.astype(np.int64),
         x_test=np.ascontiguousarray(x_te), y_test=y_te.astype(np.int64), num_classes=k,
         class_names=class_names, mean=mean, std=std, asym_map=asym_map,
+        flip_ok=cfg.name in _MIRRORABLE,
     )
 
 

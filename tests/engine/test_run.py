@@ -1,0 +1,99 @@
+"""Whole runs: resume bit-identity, FedProx(mu=0) == FedAvg, outputs, and the CLI."""
+
+import json
+
+import pytest
+import torch
+
+from fedcore.config import load_config
+from fedcore.data.build import build
+from fedcore.engine.callbacks import Callback
+from fedcore.errors import ArtifactError, ConfigError
+from fedcore.run import run_experiment
+
+FAST = ["train.device=cpu", "train.rounds=4", "train.local_epochs=1", "partition.num_clients=6",
+        "train.client_fraction=0.5", "train.augment=weak", "train.checkpoint_every=2"]
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    cfg = load_config("configs/quickstart.yaml", FAST)
+    return build(cfg).save(tmp_path_factory.mktemp("data") / "art")
+
+
+class Crash(Callback):
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def after_round(self, rnd, stage, metrics):
+        if rnd == self.at:
+            raise KeyboardInterrupt("preempted")
+
+
+def model_equal(a, b):
+    sa, sb = torch.load(a / "model.pt"), torch.load(b / "model.pt")
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "coteaching"])
+def test_interrupted_then_resumed_run_is_bit_identical(tmp_path, artifact, method):
+    cfg = load_config("configs/quickstart.yaml", [*FAST, f"method.name={method}"])
+    full = run_experiment(cfg, tmp_path / "full", data=artifact)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, tmp_path / "cut", data=artifact, callbacks=[Crash(at=3)])
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    resumed = run_experiment(cfg, tmp_path / "cut", data=artifact, resume=tmp_path / "cut")
+    assert resumed.history == full.history
+    assert json.loads((tmp_path / "cut" / "metrics.json").read_text()) == \
+        json.loads((tmp_path / "full" / "metrics.json").read_text())
+    assert model_equal(tmp_path / "cut", tmp_path / "full")
+
+
+def test_resume_refuses_other_config_and_corrupt_checkpoint(tmp_path, artifact):
+    cfg = load_config("configs/quickstart.yaml", FAST)
+    run_experiment(cfg, tmp_path / "r", data=artifact)
+    other = load_config("configs/quickstart.yaml", [*FAST, "train.lr=0.2"])
+    with pytest.raises(ArtifactError, match="written by config"):
+        run_experiment(other, tmp_path / "r2", data=artifact, resume=tmp_path / "r")
+    ck = tmp_path / "r" / "checkpoints" / "latest.pt"
+    ck.write_bytes(ck.read_bytes()[:-10])
+    with pytest.raises(ArtifactError, match="corrupt"):
+        run_experiment(cfg, tmp_path / "r3", data=artifact, resume=tmp_path / "r")
+
+
+def test_fedprox_with_mu_zero_equals_fedavg(tmp_path, artifact):
+    a = run_experiment(load_config("configs/quickstart.yaml", FAST), tmp_path / "avg", data=artifact)
+    b = run_experiment(load_config("configs/quickstart.yaml", [*FAST, "method.name=fedprox", "method.params.mu=0"]),
+                       tmp_path / "prox", data=artifact)
+    assert a.history == b.history and model_equal(tmp_path / "avg", tmp_path / "prox")
+    c = run_experiment(load_config("configs/quickstart.yaml", [*FAST, "method.name=fedprox", "method.params.mu=1"]),
+                       tmp_path / "prox1", data=artifact)
+    assert not model_equal(tmp_path / "avg", tmp_path / "prox1")
+    del c
+
+
+def test_outputs_and_mismatched_artifact(tmp_path, artifact):
+    cfg = load_config("configs/quickstart.yaml", FAST)
+    res = run_experiment(cfg, tmp_path / "o", data=artifact)
+    for name in ("model.pt", "history.csv", "metrics.json", "config.yaml", "confusion.json", "scene.json",
+                 "checkpoints/stage-train.pt", "checkpoints/latest.pt"):
+        assert (tmp_path / "o" / name).is_file(), name
+    assert len(res.history) == 4 and {"final/acc", "final/acc_best", "final/acc_last10"} <= set(res.summary)
+    rows = (tmp_path / "o" / "history.csv").read_text().splitlines()
+    assert rows[0].startswith("stage,round") and len(rows) == 5
+    wrong = load_config("configs/quickstart.yaml", [*FAST, "seed=1"])
+    with pytest.raises(ConfigError, match="different data"):
+        run_experiment(wrong, tmp_path / "w", data=artifact)
+
+
+def test_cli_run_and_compare(tmp_path, artifact, capsys):
+    from fedcore.cli import main
+
+    main(["run", "configs/quickstart.yaml", "--out", str(tmp_path / "a"), "--data", str(artifact), "--no-progress",
+          *[x for o in FAST for x in ("--set", o)]])
+    main(["compare", str(tmp_path / "a"), str(tmp_path / "a")])
+    out = capsys.readouterr().out
+    assert "fedavg" in out and "acc last10" in out
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(tmp_path / "missing")])
+    assert exc.value.code == 2

@@ -1,0 +1,117 @@
+"""Config loading, overrides, validation, hashing, and CLI exit codes for bad input."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from fedcore.cli import app
+from fedcore.config import ExperimentConfig, apply_overrides, config_from_dict, load_config
+from fedcore.errors import ConfigError
+
+runner = CliRunner()
+
+
+def write(tmp_path, data, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return p
+
+
+def test_overrides_parse_yaml_values():
+    d = apply_overrides({}, ["noise.rate.max=0.9", "train.device=cpu", "noise.mixed_types=[symmetric]"])
+    assert d == {"noise": {"rate": {"max": 0.9}, "mixed_types": ["symmetric"]}, "train": {"device": "cpu"}}
+
+
+def test_round_trip_yaml_and_json_and_stable_hash(tmp_path):
+    cfg = load_config("configs/quickstart.yaml", ["seed=3"])
+    again = config_from_dict(yaml.safe_load(cfg.to_yaml()))
+    assert again == cfg and again.config_hash() == cfg.config_hash()
+    assert ExperimentConfig.model_validate(json.loads(cfg.to_json())) == cfg
+    # Key order never changes the hash; tracking settings never do either.
+    shuffled = dict(reversed(list(cfg.to_dict().items())))
+    assert config_from_dict(shuffled).config_hash() == cfg.config_hash()
+    assert load_config("configs/quickstart.yaml", ["seed=3", "tracking.experiment=x"]).config_hash() == \
+        cfg.config_hash()
+    assert load_config("configs/quickstart.yaml", ["seed=4"]).config_hash() != cfg.config_hash()
+
+
+def test_phi_alias():
+    cfg = config_from_dict({"noise": {"phi": 0.3}})
+    assert cfg.noise.noisy_client_fraction == 0.3
+
+
+def test_data_seed_decouples_dataset_from_training_seed():
+    a = config_from_dict({"seed": 1, "data": {"seed": 0}})
+    b = config_from_dict({"seed": 2, "data": {"seed": 0}})
+    assert a.data_hash() == b.data_hash() and a.config_hash() != b.config_hash()
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["noise.phi=1.5"], "noise.noisy_client_fraction"),
+        (["noise.rate.min=0.9", "noise.rate.max=0.5"], "noise.rate"),
+        (["noise.rte.min=0.1"], "noise.rte"),
+        (["partition.kind=bogus"], "partition.kind"),
+        (["train.device=tpu"], "train.device"),
+        (["method.name=nope"], "method.name"),
+        (["method.name=fedprox", "method.params.muu=1"], "method.params.muu"),
+        (["method.name=fedprox", "method.params.mu=-1"], "method.params.mu"),
+        (["noise.num_noisy_clients=50"], "num_noisy_clients"),
+        (["data.name=imagenet"], "data.name"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_naming_the_field(tmp_path, overrides, field):
+    args = ["data", "prepare", "configs/quickstart.yaml", "--out", str(tmp_path / "o")]
+    for o in overrides:
+        args += ["--set", o]
+    from fedcore.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+
+
+def test_cli_error_message_is_one_line_and_names_field(tmp_path, capsys):
+    from fedcore.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["data", "prepare", "configs/quickstart.yaml", "--out", str(tmp_path / "o"), "--set", "noise.phi=1.5"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2
+    assert len(err.splitlines()) == 1 and "noise.noisy_client_fraction" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()  # nothing written on bad input
+
+
+def test_misspelled_key_in_yaml_file(tmp_path, capsys):
+    from fedcore.cli import main
+
+    p = write(tmp_path, {"noise": {"typo": 1}})
+    with pytest.raises(SystemExit) as exc:
+        main(["config", "show", str(p)])
+    assert exc.value.code == 2 and "noise.typo" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, needle", [("a: [1, 2", "not valid YAML"), ("- 1\n- 2\n", "mapping")])
+def test_bad_yaml_files(tmp_path, content, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_config(write(tmp_path, content))
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_bad_override_syntax():
+    with pytest.raises(ConfigError, match="key.path=value"):
+        config_from_dict({}, ["noequals"])
+
+
+def test_config_show_prints_resolved_config():
+    res = runner.invoke(app, ["config", "show", "configs/quickstart.yaml", "--set", "seed=9"])
+    assert res.exit_code == 0
+    shown = yaml.safe_load(res.stdout.split("# config_hash")[0])
+    assert shown["seed"] == 9 and shown["train"]["device"] == "auto"
