@@ -82,6 +82,9 @@ class RoundLoop:
         plan = self.method.plan_round(state, state.rnd)
         if plan is None:
             return None
+        if plan.probe:
+            answers = self.executor.map(self.method.client_probe, self._tasks(state, plan.probe, plan.instructions))
+            plan = self.method.after_probe(state, plan, answers)
         if plan.cohort is not None:
             cohort = list(plan.cohort)
         elif stage.cohort == "all":

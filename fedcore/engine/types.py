@@ -53,9 +53,15 @@ class ServerState:
 
 @dataclass(frozen=True)
 class RoundPlan:
+    """probe: clients asked first, without training, through `method.client_probe(task)`; the
+    loop then calls `method.after_probe(state, plan, answers)` for the plan of the main phase
+    (e.g. references some clients compute on a model before others train). Probes keep no state.
+    """
+
     stage: str
     cohort: Sequence[int] | None = None  # None: the sampler chooses
     instructions: Mapping[str, Any] = field(default_factory=dict)
+    probe: Sequence[int] | None = None
 
 
 @dataclass
