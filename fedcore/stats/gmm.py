@@ -23,7 +23,7 @@ def clean_posterior(
     values: np.ndarray,
     seed: int,
     n_init: int = 1,
-    order_dim: int = 0,
+    order_dim: int | None = 0,
     standardize: bool = False,
     covariance_type: str = "full",
     reg_covar: float = 1e-6,
@@ -32,6 +32,8 @@ def clean_posterior(
     """Posterior of the lower-mean component for each row, and the two component means.
 
     values: (n,) or (n, d). Returns (q (n,), means (2, d)) with means[0] the clean one.
+    order_dim=None orders the components by the sum of their mean over all dims (e.g. a
+    per-class loss vector, where no single class decides).
     Degenerate inputs (n < 2 or no spread) cannot be split: everything is called clean
     (q = 1) and both means equal the data mean.
     """
@@ -46,7 +48,8 @@ def clean_posterior(
         n_components=2, covariance_type=covariance_type, n_init=n_init, reg_covar=reg_covar,
         max_iter=max_iter, random_state=seed,
     ).fit(x)
-    clean = int(np.argmin(gmm.means_[:, order_dim]))
+    key = gmm.means_.sum(axis=1) if order_dim is None else gmm.means_[:, order_dim]
+    clean = int(np.argmin(key))
     q = gmm.predict_proba(x)[:, clean]
     return q, gmm.means_[[clean, 1 - clean]]
 
