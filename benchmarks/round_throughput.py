@@ -76,7 +76,12 @@ def naive_run(cfg, fed, device, init, template):
             states.append(model.state_dict())
             sizes.append(len(ds))
         total = sum(sizes)
-        avg = {k: sum(s[k].float() * (n / total) for s, n in zip(states, sizes, strict=True)) for k in states[0]}
+        avg = {}
+        for k in states[0]:  # per-key Python FedAvg; same rounding as the engine's fused add
+            acc = torch.zeros_like(states[0][k], dtype=torch.float32)
+            for s, n in zip(states, sizes, strict=True):
+                acc.add_(s[k].float(), alpha=n / total)
+            avg[k] = acc
         global_model.load_state_dict(avg)
     if device.type == "cuda":
         torch.cuda.synchronize()
