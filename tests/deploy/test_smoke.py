@@ -34,16 +34,20 @@ class _Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def s3_url():
-    """A fresh, empty S3 store per test (moto starts in milliseconds)."""
+@pytest.fixture(scope="module")
+def moto_url():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    # moto keeps its state per process, not per server: wipe what earlier tests made.
-    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"))
     yield f"http://{host}:{port}"
     server.stop()
+
+
+@pytest.fixture
+def s3_url(moto_url):
+    """The S3 server, emptied: each test starts without buckets."""
+    urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")).close()
+    return moto_url
 
 
 @pytest.fixture(scope="module")
