@@ -169,3 +169,15 @@ def _natural(labels, cfg, num_classes, rng, groups):
     # matching how FLAIR-style benchmarks sample a fixed cohort of real users.
     chosen = users[np.argsort(-counts, kind="stable")[: cfg.num_clients]]
     return [np.flatnonzero(groups == u) for u in chosen]
+
+
+@register_partition("label_sets")
+def _label_sets(labels, cfg, num_classes, rng, groups):
+    """Dirichlet over label-set groups: samples sharing one exact label set (multi-label
+    (N, C) targets; a class for single-label ones) form a group, and each group is split
+    among the clients by Dir(alpha), with the same balancing and min_size rule as 'dirichlet'."""
+    if labels.ndim == 1:
+        set_ids = labels.astype(np.int64)
+    else:
+        _, set_ids = np.unique(labels.astype(bool), axis=0, return_inverse=True)
+    return _dirichlet(set_ids.reshape(-1), cfg, num_classes, rng, groups)
