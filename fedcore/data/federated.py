@@ -155,6 +155,9 @@ class FederatedView:
         self.num_classes = fed.num_classes
         self.task = fed.task
         meta = {k: v for k, v in fed.meta.items() if k not in ("histogram_noisy",)}
+        if isinstance(meta.get("extras"), dict):
+            # Dataset extras named true_* (e.g. an exact label correlation) are ground truth too.
+            meta["extras"] = {k: v for k, v in meta["extras"].items() if not k.startswith("true_")}
         self.meta = meta
 
     def __getattr__(self, name: str) -> Any:
