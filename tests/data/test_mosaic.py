@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcore.config import DataConfig, PartitionConfig
+from fedcore.config import DataConfig, PartitionConfig, config_from_dict
 from fedcore.data.datasets import load_dataset
 from fedcore.data.mosaic import (
     draw_tiles,
@@ -115,3 +115,14 @@ def test_bad_params_are_refused():
         load_dataset(DataConfig(name="digits_mosaic", params={"n_trian": 5}))
     with pytest.raises(ConfigError, match="pairs_per_group"):
         load_dataset(DataConfig(name="digits_mosaic", params={"pairs_per_group": 6}))
+
+
+def test_methods_do_not_see_the_true_correlation():
+    from fedcore.data.build import build
+
+    cfg = config_from_dict({"data": {"name": "digits_mosaic", "params": {"n_train": 200, "n_test": 50}},
+                            "partition": {"kind": "natural", "num_clients": 10}, "noise": {"type": "none"}})
+    fed = build(cfg)
+    assert "true_corr" in fed.meta["extras"]  # metrics read it
+    extras = fed.view().meta["extras"]
+    assert "group_pairs" in extras and not any(k.startswith("true_") for k in extras)
