@@ -34,7 +34,8 @@ if [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null; then SUDO="sudo"; fi
 if command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq >/dev/null 2>&1 || true
-    if apt-cache policy kubectl 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    policy="$(apt-cache policy kubectl 2>/dev/null || true)"
+    if [[ "$policy" =~ Candidate:\ [0-9] ]]; then
         $SUDO apt-get install -y -qq kubectl >/dev/null
         if usable "$(command -v kubectl)"; then
             echo "ensure-kubectl: installed kubectl with apt-get"
