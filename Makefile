@@ -22,6 +22,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks
 
 pytest: $(STAMP)
+	PYTHON=$(PY) bash scripts/ensure-kubectl.sh
 	$(PY) -m pytest
 
 test: lint pytest
