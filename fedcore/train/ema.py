@@ -1,0 +1,46 @@
+"""Exponential moving averages of parameters, including FedGR's global revision of a local EMA.
+
+Both operate on whole state dicts (parameters and floating buffers); integer buffers such
+as BatchNorm's step counters are copied from the source because they only count steps.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedcore.train.params import Params
+
+
+def _float_keys(params: Params) -> list[str]:
+    return [k for k, v in params.items() if v.is_floating_point()]
+
+
+def ema_update_(ema: Params, src: Params, decay: float) -> None:
+    """In place: ema <- decay * ema + (1 - decay) * src, for every floating entry."""
+    if not 0.0 <= decay <= 1.0:
+        raise ValueError(f"decay must lie in [0, 1], got {decay}")
+    keys = _float_keys(ema)
+    with torch.no_grad():
+        # lerp(a, b, w) = a + w (b - a) = (1 - w) a + w b, so w = 1 - decay.
+        torch._foreach_lerp_([ema[k] for k in keys], [src[k].to(ema[k]) for k in keys], 1.0 - decay)
+        floating = set(keys)
+        for k in ema:
+            if k not in floating:
+                ema[k].copy_(src[k])
+
+
+def revise(ema_prev: Params | None, global_params: Params, gamma_g: float) -> Params:
+    """FedGR's round-start revision: gamma_g * ema_prev + (1 - gamma_g) * w_g, as a new dict.
+
+    On a client's first visit (ema_prev None) the teacher starts as a copy of w_g.
+    """
+    out = {k: v.detach().clone() for k, v in (ema_prev if ema_prev is not None else global_params).items()}
+    if ema_prev is not None:
+        ema_update_(out, global_params, gamma_g)
+    return out
+
+
+def ema_step_(ema_model: nn.Module, model: nn.Module, decay: float) -> None:
+    """One local-step EMA update of `ema_model` towards `model` (same architecture), in place."""
+    ema_update_(ema_model.state_dict(), model.state_dict(), decay)
