@@ -16,7 +16,7 @@ def get_params(model: nn.Module) -> Params:
 
 
 def load_params_(model: nn.Module, params: Params) -> None:
-    """Copy `params` into the model's tensors in place (no new modules, no deepcopy)."""
+    """Copy `params` into the model's tensors in place (no new modules, no model copies)."""
     state = model.state_dict()
     missing = [k for k in state if k not in params]
     if missing:
