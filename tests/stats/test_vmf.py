@@ -1,0 +1,164 @@
+"""vMF mixture pieces of FedRG's geometry detector (fedcore.stats.vmf)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import vonmises_fisher
+
+from fedcore.stats import vmf
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _clusters(rng, d=16, kappa=50.0, n_per=150, k=3):
+    """k well-separated vMF clusters; returns (z, true mean directions, cluster ids)."""
+    mus = _unit(rng.standard_normal((k, d)))
+    z = np.concatenate([vonmises_fisher(m, kappa).rvs(n_per, random_state=rng) for m in mus])
+    return z, mus, np.repeat(np.arange(k), n_per)
+
+
+@pytest.mark.parametrize("d", [3, 10, 64, 128])
+@pytest.mark.parametrize("kappa", [0.1, 0.5, 5.0, 100.0, 1000.0])
+def test_normalizer_matches_scipy_logpdf(d, kappa):
+    rng = np.random.default_rng([d, int(kappa * 10)])
+    mu, x = _unit(rng.standard_normal(d)), _unit(rng.standard_normal((4, d)))
+    ref = vonmises_fisher(mu, kappa).logpdf(x)
+    ours = vmf.log_vmf_normalizer(np.array(kappa), d) + kappa * x @ mu
+    np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=1e-9)
+
+
+@pytest.mark.parametrize("d", [512, 2048])
+@pytest.mark.parametrize("kappa", [0.1, 5.0, 100.0])
+def test_normalizer_stays_finite_and_exact_in_high_dimension(d, kappa):
+    # ive(v, kappa) underflows here (scipy's own logpdf returns -inf for kappa 0.1 at d 512);
+    # the Debye fallback must agree with arbitrary-precision log I_v.
+    mpmath = pytest.importorskip("mpmath")
+    v = d / 2 - 1
+    ref = v * np.log(kappa) - d / 2 * np.log(2 * np.pi) - float(mpmath.log(mpmath.besseli(v, kappa)))
+    ours = float(vmf.log_vmf_normalizer(np.array(kappa), d))
+    assert np.isfinite(ours)
+    assert ours == pytest.approx(ref, rel=1e-10)
+
+
+def test_normalizer_keeps_shape():
+    assert vmf.log_vmf_normalizer(np.full((3, 2), 5.0), 512).shape == (3, 2)
+
+
+def test_uniform_density_on_the_2_sphere_is_one_over_4pi():
+    assert vmf.log_uniform_sphere(3) == pytest.approx(-np.log(4 * np.pi))
+
+
+def test_responsibilities_are_a_distribution_over_background_and_components():
+    rng = np.random.default_rng(0)
+    z, _, _ = _clusters(rng, n_per=20)
+    mix = vmf.init_mixture(z, 4, rng)
+    for normalizer in (True, False):
+        resp = vmf.responsibilities(z, mix, r=rng.uniform(0.2, 2.0, len(z)), normalizer=normalizer)
+        assert resp.shape == (len(z), 5)
+        np.testing.assert_allclose(resp.sum(1), 1.0)
+
+
+def test_em_recovers_known_directions_and_concentrations():
+    rng = np.random.default_rng(1)
+    z, mus, _ = _clusters(rng)
+    mix = vmf.fit(z, vmf.init_mixture(z, 3, np.random.default_rng(2)), iters=20)
+    cos = mix.mu @ mus.T  # (estimated, true)
+    assert np.sort(cos.max(0)).min() > 0.99  # every true direction found ...
+    assert len(set(cos.argmax(0))) == 3  # ... by a different component
+    np.testing.assert_allclose(mix.kappa, 50.0, rtol=0.15)
+    np.testing.assert_allclose(mix.pi, (1 - mix.pi0) / 3, atol=0.02)
+
+
+def test_background_absorbs_uniform_outliers():
+    rng = np.random.default_rng(3)
+    z, _, _ = _clusters(rng)
+    outliers = _unit(rng.standard_normal((60, z.shape[1])))
+    data = np.concatenate([z, outliers])
+    mix = vmf.fit(data, vmf.init_mixture(data, 3, np.random.default_rng(4)), iters=20)
+    resp = vmf.responsibilities(data, mix)
+    assert resp[len(z):, 0].mean() > 0.9
+    assert resp[: len(z), 0].mean() < 0.05
+    assert mix.pi0 == pytest.approx(60 / len(data), abs=0.03)
+
+
+def test_m_step_by_hand():
+    z = np.array([[1.0, 0.0], [0.0, 1.0]])
+    old = vmf.VMFMixture(np.array([[1.0, 0.0]]), np.array([5.0]), np.array([0.95]), 0.05)
+    resp = np.array([[0.0, 1.0], [0.0, 1.0]])  # both samples fully in the one component
+    new = vmf.m_step(z, resp, old, prior=0.0)
+    np.testing.assert_allclose(new.mu, [[2**-0.5, 2**-0.5]])
+    rbar = 2**0.5 / 2
+    assert new.kappa[0] == pytest.approx(rbar * (2 - rbar**2) / (1 - rbar**2))
+    assert new.pi0 == pytest.approx(1e-3)  # no background mass: clamped at the floor
+    assert new.pi.sum() + new.pi0 == pytest.approx(1.0)
+
+
+def test_kappa_clamps():
+    np.testing.assert_allclose(vmf.banerjee_kappa(np.array([1e-9, 0.999999]), 128), [0.5, 100.0])
+
+
+def test_blend_momentum_one_is_plain_em_and_small_momentum_moves_a_little():
+    a = vmf.VMFMixture(np.array([[1.0, 0.0]]), np.array([10.0]), np.array([0.9]), 0.1)
+    b = vmf.VMFMixture(np.array([[0.0, 1.0]]), np.array([20.0]), np.array([0.8]), 0.2)
+    assert vmf.blend(a, b, 1.0) is b
+    c = vmf.blend(a, b, 0.1)
+    assert c.kappa[0] == pytest.approx(11.0) and c.pi0 == pytest.approx(0.11)
+    assert np.linalg.norm(c.mu[0]) == pytest.approx(1.0) and c.mu[0, 0] > c.mu[0, 1]
+
+
+def test_tempering_by_view_agreement():
+    d = 4
+    e = np.eye(d)
+    same = vmf.aug_concentration(e[:1], e[:1])  # identical views: R clipped just below 1
+    ortho = vmf.aug_concentration(e[:1], e[1:2])  # R = 1/sqrt(2)
+    assert ortho[0] == pytest.approx((0.5**0.5) * (d - 0.5) / 0.5)
+    assert same[0] > 1e5
+    r = vmf.temper_factor(np.array([1.0, 10.0, 100.0]), median=10.0)
+    np.testing.assert_allclose(r, [0.2, 1.0, 2.0])
+    assert vmf.ema_median(None, np.array([1.0, 3.0, 8.0])) == 3.0
+    assert vmf.ema_median(10.0, np.array([1.0, 3.0, 8.0])) == pytest.approx(9.3)
+
+
+def test_tempering_flattens_low_agreement_samples():
+    rng = np.random.default_rng(5)
+    z, _, _ = _clusters(rng, n_per=30)
+    mix = vmf.fit(z, vmf.init_mixture(z, 3, rng), iters=5)
+    for normalizer in (True, False):
+        plain = vmf.responsibilities(z, mix, np.ones(len(z)), normalizer)[:, 1:].max(1)
+        flat = vmf.responsibilities(z, mix, np.full(len(z), 0.2), normalizer)[:, 1:].max(1)
+        assert flat.mean() < plain.mean() - 0.01
+
+
+def test_class_geometry_by_hand_and_rows_sum_to_one():
+    gamma = np.array([[0.8, 0.2], [0.6, 0.4]])
+    b = vmf.class_geometry(gamma, np.array([0, 1]), np.array([1.0, 0.0]), num_classes=3, eta=0.5)
+    np.testing.assert_allclose(b, [[0.65, 0.35], [0.5, 0.5], [0.5, 0.5]])  # noisy and absent rows: eta only
+    rng = np.random.default_rng(6)
+    g = rng.dirichlet(np.ones(7), size=50)
+    b1 = vmf.class_geometry(g, rng.integers(0, 10, 50), rng.random(50) < 0.7, 10)
+    b2 = vmf.ema_rows(np.full((10, 7), 1 / 7), b1, 0.1)
+    np.testing.assert_allclose(b1.sum(1), 1.0)
+    np.testing.assert_allclose(b2.sum(1), 1.0)
+
+
+def test_clean_score_forms():
+    resp = np.array([[0.1, 0.9, 0.0], [0.0, 0.2, 0.8]])  # [background, g1, g2]
+    b = np.array([[1.0, 0.0], [0.25, 0.75]])
+    y = np.array([0, 1])
+    np.testing.assert_allclose(vmf.clean_score(resp, b, y, "paper"), [0.9, 0.65])
+    # With full posteriors the public code's ratio has denominator 1: the forms agree.
+    np.testing.assert_allclose(vmf.clean_score(resp, b, y, "code"), [0.9, 0.65])
+    sub = resp * 0.5  # not a distribution: the ratio form renormalizes
+    np.testing.assert_allclose(vmf.clean_score(sub, b, y, "code"), [0.9, 0.65])
+    with pytest.raises(ValueError):
+        vmf.clean_score(resp, b, y, "other")
+
+
+def test_split_flags_the_high_noisiness_group():
+    rng = np.random.default_rng(7)
+    score = np.concatenate([rng.normal(0.1, 0.02, 80), rng.normal(0.8, 0.05, 20)])
+    noisy = vmf.split_noisy(score, seed=0)
+    assert noisy[80:].all() and not noisy[:80].any()
