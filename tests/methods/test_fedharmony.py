@@ -157,3 +157,11 @@ def test_multilabel_runs_through_fedcore_run_with_all_metrics(tmp_path, method):
     for key in ("final/mAP_last10", "last/test/OmAP", "last/test/CP", "last/test/CR", "last/test/CF1",
                 "last/test/OP", "last/test/OR", "last/test/OF1", "last/test/corr_dist", "last/test/loss"):
         assert key in summary and np.isfinite(summary[key]), key
+
+
+@pytest.mark.parametrize("name", ["digits_mosaic", "voc", "coco", "flair"])
+def test_presets_validate(name: str):
+    from fedcore.config import load_config
+
+    cfg = load_config(f"configs/fedharmony_{name}.yaml")
+    assert cfg.method.name == "fedharmony" and cfg.partition.num_clients == 10
