@@ -32,7 +32,9 @@ Departures and decisions the paper leaves open:
   frozen within a round anyway).
 - Loss observations start at the first post-warm-up participation: warm-up models (the
   first is the random initialization) would otherwise sit in the window for t_obs visits.
-- Warm-up clients train the same objective with the given labels as every target.
+- Warm-up rounds are FedAvg rounds (CE on the given labels) on the weak view: the global
+  model must know the view it later scores for the surrogate and the pseudo-labels (an MLP
+  trained on plain 8x8 digits sieves a 1-pixel-shifted view barely better than chance).
 - L_SR sums the kept samples' soft CE and divides by the batch size (FixMatch).
 - The cohort is chosen by the method with the engine's `ClientSampler` (same seed, same
   warm-up) because the probe phase must know it before the round starts.
@@ -190,9 +192,9 @@ class FedGR(StagedMethod):
                 "metrics": metrics, "sums": {}}
 
     def make_x(self, task: ClientTask):
-        if task.rnd < self.alpha:
-            return super().make_x(task)
         aug, data, both = self.augmenter(), task.data, self.params.rep_reg
+        if task.rnd < self.alpha:  # the model must know the weak view it will sieve and label on
+            return lambda pos: data.store.normalize(aug.weak(data.x01(pos), task.gen))
 
         def views(pos: torch.Tensor) -> torch.Tensor:
             x01 = data.x01(pos)
