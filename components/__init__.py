@@ -1,0 +1,15 @@
+"""Kubeflow Pipelines components: thin adapters over `fedcore.pipeline`.
+
+Each one parses its inputs, calls one fedcore function and writes its outputs. Imports
+sit inside the bodies because kfp ships only the function's source to the container
+(the project image, which has fedcore installed). `base_image` is the project image
+(`FEDCORE_IMAGE` or `fedcore.env.DEFAULT_IMAGE`); pipelines may override it per task.
+"""
+
+from components.data import latest_snapshot, prepare_data
+from components.evaluate import compare, evaluate
+from components.retrain import champion
+from components.tracking import start_tracking
+from components.train import run_stage
+
+__all__ = ["champion", "compare", "evaluate", "latest_snapshot", "prepare_data", "run_stage", "start_tracking"]

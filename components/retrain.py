@@ -1,0 +1,33 @@
+"""champion: register the retrained model; move alias `champion` only when it wins."""
+
+# No `from __future__ import annotations`: kfp reads the real annotation objects.
+from kfp.dsl import Artifact, Dataset, Input, Model, Output
+
+from components.base import fedcore_component
+
+
+@fedcore_component
+def champion(
+    config_yaml: str,
+    overrides: str,
+    config_hash: str,
+    model_name: str,
+    dataset: Input[Dataset],
+    run: Input[Model],
+    tracking: Input[Artifact],
+    decision: Output[Artifact],
+    run_id: str,
+    data_root: str = "",
+    min_delta: float = 0.0,
+) -> bool:
+    """Score candidate and champion on the same test split, register, promote on a win; True if promoted."""
+    from pathlib import Path
+
+    from fedcore.pipeline import ops
+    from fedcore.pipeline.retrain import champion_decision
+
+    cfg = ops.task_config(config_yaml, overrides, config_hash, data_root)
+    result = champion_decision(cfg, model_name, run_id, dataset.path, run.path, decision.path, min_delta)
+    decision.metadata.update({k: v for k, v in result.items() if isinstance(v, str | int | float | bool)})
+    ops.finish_parent(cfg, ops.parent_of(tracking.path), [Path(decision.path) / "decision.json"])
+    return bool(result["promote"])

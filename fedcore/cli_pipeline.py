@@ -1,0 +1,191 @@
+"""`fedcore pipeline compile|run|submit|schedule`: one pipeline object, laptop or cluster."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from fedcore.errors import UserError
+
+app = typer.Typer(help="Compile, run locally, submit and schedule the Kubeflow pipelines.", no_args_is_help=True)
+console = Console()
+
+NameArg = Annotated[str, typer.Argument(help="pipeline: experiment, sweep or retrain")]
+ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="dotted config override (repeatable)")]
+MethodsOpt = Annotated[list[str] | None, typer.Option("--method", help="sweep: a method to include (repeatable)")]
+SeedsOpt = Annotated[list[int] | None, typer.Option("--seed", help="sweep: a training seed (repeatable)")]
+SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="sweep YAML: methods, seeds, settings")]
+ImageOpt = Annotated[str | None, typer.Option("--image", help="container image of every task")]
+GpuTypeOpt = Annotated[str | None, typer.Option("--gpu-type", help="accelerator resource, e.g. nvidia.com/gpu")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", help="accelerators per training stage (0 = CPU)")]
+SelectorOpt = Annotated[list[str] | None, typer.Option("--node-selector", help="k=v for training stages")]
+PrefixOpt = Annotated[str, typer.Option("--data-prefix", help="retrain: s3:// prefix of dated data snapshots")]
+ModelOpt = Annotated[str, typer.Option("--model-name", help="retrain: registered model name")]
+TrackOpt = Annotated[bool, typer.Option("--tracking/--no-tracking", help="record runs in MLflow")]
+HostOpt = Annotated[str, typer.Option("--host", help="KFP API URL, e.g. http://localhost:8080")]
+ExperimentOpt = Annotated[str, typer.Option("--experiment", help="KFP experiment to file the run under")]
+
+
+def _options(ctx_args: dict[str, Any], local: bool = False) -> Any:
+    from fedcore.pipeline.plan import load_sweep_spec
+    from fedcore.pipeline.resources import PipelineResources
+    from pipelines import PipelineOptions
+
+    res = PipelineResources().with_cli(ctx_args.get("image"), ctx_args.get("gpu_type"), ctx_args.get("gpus"),
+                                       ctx_args.get("node_selector"))
+    if local:
+        res = local_resources(res)
+    spec = load_sweep_spec(ctx_args.get("sweep"), {"methods": ctx_args.get("method"), "seeds": ctx_args.get("seed")})
+    return PipelineOptions(resources=res, sweep=spec, data_prefix=ctx_args.get("data_prefix") or "",
+                           model_name=ctx_args.get("model_name") or "")
+
+
+def local_resources(res: Any) -> Any:
+    """Locally kfp honours only the retry policy: a failing task should fail at once, not after backoffs."""
+    return res.model_copy(update={"retries": 0})
+
+
+def load_pipeline_config(config: Path | None, overrides: list[str] | None, tracking: bool, local_root: Path | None):
+    """The config a pipeline is compiled from; tracking on by default, pinned to a local store for --local."""
+    from fedcore.config import load_config
+    from fedcore.quickstart import find_config
+
+    extra = ["tracking.backend=mlflow"] if tracking else ["tracking.backend=none"]
+    cfg = load_config(config or find_config(), [*extra, *(overrides or [])])
+    if tracking and local_root is not None and not cfg.tracking.uri:
+        cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update=local_store(local_root))})
+    return cfg
+
+
+def local_store(root: Path) -> dict[str, str]:
+    """Tasks run in their own processes: give them one absolute embedded MLflow store (or MLFLOW_TRACKING_URI)."""
+    import os
+
+    from fedcore.tracking.mlflow import embedded_store
+
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return {"uri": os.environ["MLFLOW_TRACKING_URI"]}
+    uri, artifacts = embedded_store(root.resolve())
+    return {"uri": uri, "artifact_location": artifacts}
+
+
+def build(name: str, cfg: Any, args: dict[str, Any], local: bool = False) -> Any:
+    from pipelines import build_pipeline
+
+    return build_pipeline(name, cfg, _options(args, local))
+
+
+@app.command("compile")
+def compile_cmd(name: NameArg,
+                config: Annotated[Path | None, typer.Argument(help="config (default: quickstart)")] = None,
+                out: Annotated[Path | None, typer.Option("--out", "-o", help="YAML package to write")] = None,
+                set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None, sweep: SweepOpt = None,
+                image: ImageOpt = None, gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None,
+                node_selector: SelectorOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
+                tracking: TrackOpt = True) -> None:
+    """Compile a pipeline for a config into a KFP package (checked by parsing it back)."""
+    from pipelines.runner import compile_pipeline, load_specs
+
+    cfg = load_pipeline_config(config, set_, tracking, None)
+    path = compile_pipeline(build(name, cfg, locals()), out or Path(f"{name}.yaml"))
+    spec, _ = load_specs(path)
+    console.print(f"wrote {path} ({len(spec.root.dag.tasks)} top-level tasks, config {cfg.config_hash()})")
+
+
+@app.command("run")
+def run_cmd(name: NameArg, config: ConfigArg,
+            local: Annotated[bool, typer.Option("--local", help="run here with kfp.local")] = False,
+            out: Annotated[Path, typer.Option("--out", "-o", help="local run dir")] = Path("runs/pipeline"),
+            set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None, sweep: SweepOpt = None,
+            data_prefix: PrefixOpt = "", model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
+    """Run a pipeline on this machine (the same pipeline object a cluster runs)."""
+    if not local:
+        raise UserError("`fedcore pipeline run` runs on this machine: pass --local "
+                        "(`fedcore pipeline submit` sends it to a cluster)")
+    cfg = load_pipeline_config(config, set_, tracking, out)
+    result = run_local_pipeline(name, cfg, locals(), out)
+    print_result(name, result, cfg, out)
+
+
+def run_local_pipeline(name: str, cfg: Any, args: dict[str, Any], out: Path) -> Any:
+    from pipelines.runner import run_local
+
+    console.print(f"running pipeline [bold]{name}[/] locally (task logs: {out / 'kfp-local.log'})")
+    return run_local(build(name, cfg, args, local=True), out)
+
+
+def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console = console) -> None:
+    """The pipeline's records as the comparison table, then where its artifacts and MLflow runs are."""
+    from fedcore.compare import comparison_table
+
+    output = getattr(result, "output", None)
+    if isinstance(output, str):
+        table = comparison_table(json.loads(output), by="group", title=f"{name} pipeline (mean ± std over seeds)")
+        table.columns[0].header = "method · setting"
+        console.print(table)
+    console.print(f"run dir: {out}  (kfp artifacts in {out / 'kfp'}, task logs in {out / 'kfp-local.log'})")
+    if cfg.tracking.backend != "none":
+        console.print(f"MLflow: {mlflow_hint(cfg)}")
+
+
+def mlflow_hint(cfg: Any) -> str:
+    """The command that opens the run's MLflow store, or the server URL."""
+    from fedcore.tracking.mlflow import MlflowTracker
+
+    tracker = MlflowTracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_location)
+    return tracker.ui_command() or f"{tracker.uri} (experiment '{cfg.tracking.experiment}')"
+
+
+def _package(name: str, cfg: Any, args: dict[str, Any], tmp: str) -> Path:
+    from pipelines.runner import compile_pipeline
+
+    return compile_pipeline(build(name, cfg, args), Path(tmp) / f"{name}.yaml")
+
+
+@app.command("submit")
+def submit_cmd(name: NameArg, config: ConfigArg, host: HostOpt, experiment: ExperimentOpt = "fedcore",
+               run_name: Annotated[str | None, typer.Option("--run-name")] = None,
+               set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None, sweep: SweepOpt = None,
+               image: ImageOpt = None, gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None,
+               node_selector: SelectorOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
+               tracking: TrackOpt = True) -> None:
+    """Compile and start one run on a Kubeflow Pipelines cluster."""
+    from pipelines.runner import check_host, submit
+
+    check_host(host)
+    cfg = load_pipeline_config(config, set_, tracking, None)
+    args = locals()
+    with tempfile.TemporaryDirectory(prefix="fedcore-pipeline-") as tmp:
+        package = _package(name, cfg, args, tmp)
+        sa = _options(args).resources.service_account
+        run_id = submit(host, package, experiment, run_name or f"{name} {cfg.method.name} {cfg.config_hash()[:8]}",
+                        sa)
+    console.print(f"submitted run {run_id}: {host.rstrip('/')}/#/runs/details/{run_id}")
+
+
+@app.command("schedule")
+def schedule_cmd(name: NameArg, config: ConfigArg, host: HostOpt,
+                 cron: Annotated[str, typer.Option("--cron", help="6 fields, seconds first: '0 0 2 * * *'")],
+                 experiment: ExperimentOpt = "fedcore",
+                 job_name: Annotated[str | None, typer.Option("--job-name")] = None,
+                 set_: SetOpt = None, image: ImageOpt = None, gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None,
+                 node_selector: SelectorOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
+                 tracking: TrackOpt = True) -> None:
+    """Create a recurring run (one at a time, no catch-up), e.g. nightly retraining."""
+    from pipelines.runner import check_cron, check_host, schedule
+
+    check_host(host)
+    check_cron(cron)
+    cfg = load_pipeline_config(config, set_, tracking, None)
+    args = locals()
+    with tempfile.TemporaryDirectory(prefix="fedcore-pipeline-") as tmp:
+        package = _package(name, cfg, args, tmp)
+        sa = _options(args).resources.service_account
+        job = schedule(host, package, experiment, job_name or f"{name}-{cfg.config_hash()[:8]}", cron, sa)
+    console.print(f"scheduled recurring run {job} ({cron}): {host.rstrip('/')}/#/recurringruns/details/{job}")

@@ -1,0 +1,75 @@
+"""`fedcore compare --experiment NAME`: the comparison table from an MLflow experiment, plus a PNG.
+
+Reads finished child runs (one per method, seed, setting) with `mlflow.search_runs` and
+groups them by (method, setting) into mean ± std over seeds, like the sweep's `compare`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from fedcore.errors import TrackingError, UserError
+
+PLOT_METRIC = "final/acc_last10"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "experiment"
+
+
+def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]]:
+    """One record per finished child run: method, setting, seed, run id and its final metrics."""
+    import mlflow
+
+    from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, _env, resolve_uri
+
+    tracking_uri, _ = resolve_uri(uri, Path.cwd())
+    with _env(CONNECT_ENV):
+        try:
+            client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+            exp = client.get_experiment_by_name(experiment)
+        except Exception as exc:  # unreachable server or unusable store
+            raise TrackingError(_connect_message(tracking_uri, exc)) from None
+        if exp is None:
+            raise UserError(f"no MLflow experiment '{experiment}' at {tracking_uri}; "
+                            "check the name (tracking.experiment) or MLFLOW_TRACKING_URI")
+        mlflow.set_tracking_uri(tracking_uri)
+        df = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="attributes.status = 'FINISHED'")
+    return [r for r in (_record(row) for _, row in df.iterrows()) if r is not None]
+
+
+def _record(row: Any) -> dict[str, Any] | None:
+    def get(col: str) -> Any:
+        value = row.get(col)
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+    if get("tags.fedcore.role") == "parent" or get("tags.method") is None:
+        return None  # parents and runs fedcore did not make carry no per-method results
+    summary = {c[len("metrics."):]: float(v) for c, v in row.items()
+               if c.startswith("metrics.") and get(c) is not None}
+    setting = get("tags.setting") or get("tags.noise_type") or "default"
+    return {"method": get("tags.method"), "setting": setting, "seed": get("params.seed"),
+            "run_id": row["run_id"], "group": f"{get('tags.method')} · {setting}", "summary": summary}
+
+
+def compare_experiment(experiment: str, console: Console, uri: str | None = None,
+                       out_dir: str | Path = "runs") -> Path:
+    """Print the table of `experiment` and write its bar chart; returns the PNG path."""
+    from fedcore.compare import comparison_table, group_records, mean_std
+    from fedcore.plots import compare_figure, save
+
+    records = load_records(experiment, uri)
+    if not records:
+        raise UserError(f"MLflow experiment '{experiment}' has no finished fedcore runs yet")
+    console.print(comparison_table(records, by="group", title=f"MLflow experiment '{experiment}'"))
+    groups = group_records(records, by="group")
+    stats = {g: mean_std([r["summary"].get(PLOT_METRIC) for r in recs]) for g, recs in groups.items()}
+    png = save(compare_figure(list(stats), [m for m, _ in stats.values()], [s for _, s in stats.values()],
+                              PLOT_METRIC), Path(out_dir) / f"compare-{_slug(experiment)}.png")
+    console.print(f"plot: {png}")
+    return png

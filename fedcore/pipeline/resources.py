@@ -1,0 +1,74 @@
+"""Cluster settings of pipeline tasks: image, requests, accelerators, placement, retries.
+
+They describe where a pipeline runs, not what it computes, so they live apart from
+ExperimentConfig and never enter a config hash. Defaults come from `fedcore.env`, the
+contract with the manifests under k8s/.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedcore import env
+from fedcore.errors import ConfigError
+
+
+class Toleration(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str | None = None
+    operator: str = "Exists"
+    value: str | None = None
+    effect: str | None = None
+
+
+class PipelineResources(BaseModel):
+    """Per-task Kubernetes settings. Training stages get the accelerator and the GPU node pool."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: str = Field(default_factory=env.image, description="image every task runs in")
+    cpu_request: str = "1"
+    memory_request: str = "2Gi"
+    stage_cpu_request: str = "4"
+    stage_memory_request: str = "16Gi"
+    accelerator_type: str = env.GPU_RESOURCE
+    accelerators: int = Field(1, ge=0, description="per training stage; 0 runs stages on CPU nodes")
+    node_selector: dict[str, str] = Field(default_factory=lambda: dict(env.GPU_NODE_SELECTOR))
+    tolerations: list[Toleration] = Field(default_factory=lambda: [Toleration(**env.GPU_TOLERATION)])
+    retries: int = Field(2, ge=0, description="retries of a failed training stage (resumes the same config)")
+    secret: str = env.S3_SECRET
+    config_map: str = env.RUNTIME_CONFIGMAP
+    cache_pvc: str | None = env.DATASET_CACHE_PVC
+    service_account: str = env.PIPELINE_SERVICE_ACCOUNT
+
+    def with_cli(self, image: str | None = None, gpu_type: str | None = None, gpus: int | None = None,
+                 node_selector: list[str] | None = None) -> PipelineResources:
+        """Apply CLI options (`--image`, `--gpu-type`, `--gpus`, `--node-selector k=v`)."""
+        update: dict[str, object] = {}
+        if image:
+            update["image"] = image
+        if gpu_type:
+            update["accelerator_type"] = gpu_type
+        if gpus is not None:
+            if gpus < 0:
+                raise ConfigError(f"--gpus must be >= 0, got {gpus}")
+            update["accelerators"] = gpus
+        if node_selector:
+            update["node_selector"] = parse_pairs(node_selector, "--node-selector")
+        return self.model_copy(update=update)
+
+
+# The S3 credentials come from the Secret; everything else a task reads from the ConfigMap.
+SECRET_KEYS: tuple[str, ...] = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+CONFIG_MAP_KEYS: tuple[str, ...] = (
+    *(k for k in env.REQUIRED_FOR_STACK if k not in SECRET_KEYS), "FEDCORE_CACHE",
+)
+
+
+def parse_pairs(items: list[str], option: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{option} '{item}' must look like key=value, e.g. nvidia.com/gpu.present=true")
+        out[key.strip()] = value.strip()
+    return out

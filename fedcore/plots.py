@@ -1,0 +1,111 @@
+"""Report figures: noise scene, estimated-vs-true noise rates, confusion matrix, curves, comparison.
+
+Each function takes plain data (dicts, lists, arrays) and returns a matplotlib Figure on
+the Agg backend, so it works on headless nodes; `save` writes a PNG atomically.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: pipeline pods and CI have no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+CURVES = (("test/acc", "test accuracy"), ("train/loss", "train loss"), ("test/loss", "test loss"))
+
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write `fig` as PNG via a temp file and rename, then release it."""
+    from fedcore.storage import atomic_write
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    with atomic_write(path) as f:
+        f.write(buf.getvalue())
+    return Path(path)
+
+
+def scene_figure(report: dict[str, Any]) -> Figure:
+    """Per-client realized noise rate (bars, red = noisy client) and client size (line)."""
+    clients = report["clients"]
+    ids = [c["client"] for c in clients]
+    rates = [c["realized_rate"] or 0.0 for c in clients]
+    colors = ["tab:red" if c["noisy"] else "tab:green" for c in clients]
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.35 * len(ids) + 2), 3.2))
+    ax.bar(ids, rates, color=colors)
+    ax.set(xlabel="client", ylabel="realized noise rate", ylim=(0, 1),
+           title=f"{report['dataset']}: {report['noisy_clients']}/{report['num_clients']} noisy clients, "
+                 f"overall {report['overall_noise_rate'] or 0:.2f}")
+    twin = ax.twinx()
+    twin.plot(ids, [c["size"] for c in clients], color="black", marker=".", linewidth=1)
+    twin.set_ylabel("samples")
+    return fig
+
+
+def rate_scatter(true_rates: Sequence[float], est_rates: Sequence[float], title: str = "") -> Figure:
+    """Estimated vs true per-client noise rate, with the identity line."""
+    fig, ax = plt.subplots(figsize=(4, 4))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+    ax.scatter(true_rates, est_rates, color="tab:blue")
+    ax.set(xlabel="true (realized) noise rate", ylabel="estimated noise rate", xlim=(0, 1), ylim=(0, 1),
+           title=title or "noise-rate estimates")
+    return fig
+
+
+def confusion_figure(matrix: Sequence[Sequence[int]], class_names: Sequence[str] | None = None) -> Figure:
+    """Row-normalised confusion matrix (rows: true class), counts annotated when small."""
+    m = np.asarray(matrix, dtype=float)
+    norm = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
+    names = list(class_names or range(len(m)))
+    fig, ax = plt.subplots(figsize=(0.45 * len(m) + 2.5, 0.45 * len(m) + 2))
+    ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+    ax.set(xlabel="predicted", ylabel="true", title="confusion matrix (row-normalised)")
+    ticks = range(len(m))
+    ax.set_xticks(ticks, [str(n) for n in names], rotation=90 if len(m) > 12 else 0)
+    ax.set_yticks(ticks, [str(n) for n in names])
+    if len(m) <= 20:
+        for i in ticks:
+            for j in ticks:
+                ax.text(j, i, int(m[i, j]), ha="center", va="center", fontsize=7,
+                        color="white" if norm[i, j] > 0.5 else "black")
+    return fig
+
+
+def curves_figure(history: Sequence[dict[str, Any]], title: str = "") -> Figure:
+    """Accuracy and losses per round; dotted lines mark stage changes."""
+    present = [(k, label) for k, label in CURVES if any(_finite(r.get(k)) for r in history)]
+    fig, axes = plt.subplots(1, max(len(present), 1), figsize=(4 * max(len(present), 1), 3), squeeze=False)
+    boundaries = [r["round"] for prev, r in zip(history, history[1:], strict=False) if prev["stage"] != r["stage"]]
+    for ax, (key, label) in zip(axes[0], present, strict=False):
+        pts = [(r["round"], r[key]) for r in history if _finite(r.get(key))]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".")
+        for b in boundaries:
+            ax.axvline(b - 0.5, color="grey", linestyle=":")
+        ax.set(xlabel="round", title=label)
+    fig.suptitle(title)
+    return fig
+
+
+def compare_figure(labels: Sequence[str], means: Sequence[float], stds: Sequence[float], metric: str) -> Figure:
+    """Horizontal bars of mean ± std of `metric`, one per group."""
+    fig, ax = plt.subplots(figsize=(6, 0.4 * len(labels) + 1.2))
+    y = np.arange(len(labels))
+    ax.barh(y, means, xerr=stds, color="tab:blue", capsize=3)
+    ax.set_yticks(y, list(labels))
+    ax.invert_yaxis()
+    ax.set(xlabel=metric, xlim=(0, 1) if all(0 <= m <= 1 for m in means if _finite(m)) else None)
+    return fig
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)

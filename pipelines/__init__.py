@@ -1,0 +1,54 @@
+"""Pipeline definitions: `experiment`, `sweep`, `retrain`, built per config at compile time.
+
+`build_pipeline(name, cfg, options)` returns the kfp pipeline object; the same object is
+compiled for a cluster (`runner.compile_pipeline`) or run on a laptop (`runner.run_local`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedcore.config import ExperimentConfig
+from fedcore.errors import UserError
+from fedcore.pipeline.plan import SweepSpec
+from fedcore.pipeline.resources import PipelineResources
+
+
+@dataclass
+class PipelineOptions:
+    resources: PipelineResources = field(default_factory=PipelineResources)
+    sweep: SweepSpec = field(default_factory=SweepSpec)
+    parallelism: int = 0  # sweep: settings trained at once (0 = no limit)
+    data_prefix: str = ""  # retrain: where dated snapshots land
+    model_name: str = ""  # retrain: registered model name
+
+
+def _experiment(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
+    from pipelines.experiment import build
+
+    return build(cfg, o.resources)
+
+
+def _sweep(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
+    from pipelines.sweep import build
+
+    return build(cfg, o.resources, o.sweep, o.parallelism)
+
+
+def _retrain(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
+    from pipelines.retrain import build
+
+    return build(cfg, o.resources, o.data_prefix, o.model_name)
+
+
+BUILDERS: dict[str, Callable[[ExperimentConfig, PipelineOptions], Any]] = {
+    "experiment": _experiment, "sweep": _sweep, "retrain": _retrain,
+}
+
+
+def build_pipeline(name: str, cfg: ExperimentConfig, options: PipelineOptions | None = None) -> Any:
+    if name not in BUILDERS:
+        raise UserError(f"unknown pipeline '{name}'; choose one of {sorted(BUILDERS)}")
+    return BUILDERS[name](cfg, options or PipelineOptions())

@@ -1,0 +1,192 @@
+"""Compile, run locally, submit and schedule a pipeline object; kfp errors become one-line UserErrors."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+
+from fedcore.errors import ArtifactError, UserError
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TASK_DONE = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
+
+
+# -- compile ------------------------------------------------------------------------------------
+
+
+def compile_pipeline(pipeline: Any, out: str | Path) -> Path:
+    """Compile to YAML via a temp file in the same folder, so `out` is never half-written."""
+    from kfp import compiler
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".yaml", dir=out.parent)
+    os.close(fd)
+    try:
+        compiler.Compiler().compile(pipeline, tmp)
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return out
+
+
+def load_specs(path: str | Path) -> tuple[Any, Any]:
+    """(PipelineSpec, PlatformSpec or None) parsed from a compiled package, as the KFP backend parses it."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    try:
+        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+    except (OSError, yaml.YAMLError) as err:
+        raise ArtifactError(f"cannot read pipeline package '{path}': {type(err).__name__}") from None
+    spec = json_format.ParseDict(docs[0], pipeline_spec_pb2.PipelineSpec())
+    platform = json_format.ParseDict(docs[1], pipeline_spec_pb2.PlatformSpec()) if len(docs) > 1 else None
+    return spec, platform
+
+
+# -- local ----------------------------------------------------------------------------------------
+
+
+class _Echo(io.TextIOBase):
+    """Everything kfp.local prints goes to the log file; one line per finished task goes to `console`."""
+
+    def __init__(self, log: io.TextIOBase, console: Any, names: dict[str, str]) -> None:
+        self.log, self.console, self.names, self.buf = log, console, names, ""
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self.buf += text
+        *lines, self.buf = self.buf.split("\n")
+        for line in lines:
+            m = _TASK_DONE.search(_ANSI.sub("", line))
+            if m and self.console is not None:
+                self.console.write(f"  {self.names.get(m.group(1), m.group(1))}: {m.group(2).lower()}\n")
+                self.console.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+
+def display_names(pipeline: Any) -> dict[str, str]:
+    """Task id -> display name, over the pipeline and its loop bodies (kfp.local logs task ids)."""
+    spec = pipeline.pipeline_spec
+    dags = [spec.root.dag, *(c.dag for c in spec.components.values() if c.HasField("dag"))]
+    return {tid: t.task_info.name for dag in dags for tid, t in dag.tasks.items()}
+
+
+@contextlib.contextmanager
+def _quiet(log_path: Path, names: dict[str, str], echo: bool) -> Iterator[None]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log, warnings.catch_warnings():
+        # Resources, accelerators and kfp-kubernetes settings only matter on a cluster.
+        warnings.filterwarnings("ignore", message=".*no effect in the current local runner.*")
+        sink = _Echo(log, sys.stdout if echo else None, names)
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+
+
+def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: Any) -> Any:
+    """Run the pipeline object itself under kfp.local's SubprocessRunner, in this Python environment.
+
+    Artifacts land under `<root>/kfp`, the full task log in `<root>/kfp-local.log`; with
+    `echo`, one line per finished task is printed.
+    """
+    from kfp import local
+
+    root = Path(root).resolve()
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root / "kfp"),
+               raise_on_error=True)
+    log = root / "kfp-local.log"
+    try:
+        with _quiet(log, display_names(pipeline), echo):
+            return pipeline(**arguments)
+    except RuntimeError as err:
+        text = _ANSI.sub("", " ".join(str(err).split()))
+        raise UserError(f"{text} See {log} for the task's traceback") from None
+
+
+# -- cluster --------------------------------------------------------------------------------------
+
+
+def check_host(host: str) -> str:
+    url = urlparse(host or "")
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise UserError(f"bad --host '{host}'; pass the KFP API URL, e.g. http://localhost:8080")
+    return host.rstrip("/")
+
+
+@contextlib.contextmanager
+def _kfp_errors(host: str, what: str) -> Iterator[None]:
+    import urllib3
+    from kfp_server_api.exceptions import ApiException
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # kfp prints its own links; the CLI prints one line
+            yield
+    except urllib3.exceptions.HTTPError as err:
+        reason = getattr(err, "reason", None) or err
+        raise UserError(f"cannot reach the KFP API at {host} ({_short(reason)}); check --host and the port-forward")\
+            from None
+    except ApiException as err:
+        raise UserError(f"KFP API at {host} refused to {what}: HTTP {err.status} {_short(err.body or err.reason)}")\
+            from None
+
+
+def _short(obj: Any, limit: int = 200) -> str:
+    text = " ".join(str(obj).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def client(host: str) -> Any:
+    import kfp
+
+    host = check_host(host)
+    with _kfp_errors(host, "answer"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # "only works with KFP v2.0.0-beta.2 and later"
+        return kfp.Client(host=host)
+
+
+def submit(host: str, package: str | Path, experiment: str, run_name: str, service_account: str,
+           arguments: dict[str, Any] | None = None) -> str:
+    """Start one run of a compiled package; returns the run id."""
+    kfp_client = client(host)
+    with _kfp_errors(host, "create the run"):
+        result = kfp_client.create_run_from_pipeline_package(
+            str(package), arguments=arguments or {}, run_name=run_name, experiment_name=experiment,
+            service_account=service_account,
+        )
+    return str(result.run_id)
+
+
+def schedule(host: str, package: str | Path, experiment: str, job_name: str, cron: str, service_account: str,
+             params: dict[str, Any] | None = None) -> str:
+    """A recurring run on `cron` (6 fields, seconds first): one run at a time, no catch-up; returns its id."""
+    check_cron(cron)
+    kfp_client = client(host)
+    with _kfp_errors(host, "create the recurring run"):
+        exp = kfp_client.create_experiment(experiment).experiment_id  # gets it when it exists
+        job = kfp_client.create_recurring_run(
+            experiment_id=exp, job_name=job_name, cron_expression=cron, max_concurrency=1, no_catchup=True,
+            pipeline_package_path=str(package), params=params or {}, service_account=service_account,
+        )
+    return str(job.recurring_run_id)
+
+
+def check_cron(cron: str) -> str:
+    # KFP's scheduler takes 6 fields (seconds first); a 5-field crontab line would silently shift.
+    if len(cron.split()) != 6:
+        raise UserError(f"--cron '{cron}' must have 6 fields (second minute hour day month weekday), "
+                        "e.g. '0 0 2 * * *' for 02:00 daily")
+    return cron

@@ -1,0 +1,89 @@
+"""Every component, run by kfp.local on tiny digits, chained the way the pipelines chain them.
+
+kfp.local cannot hand a finished task's artifact to a separately called task, so the
+components run inside one small test pipeline, shaped like the sweep (one loop iteration,
+fanned in with dsl.Collected) so that `compare` gets its list input the same way.
+"""
+
+# No `from __future__ import annotations`: kfp reads the pipeline's return annotation.
+import json
+from pathlib import Path
+
+from kfp import dsl
+from mlflow import MlflowClient
+
+from components import champion, compare, evaluate, latest_snapshot, prepare_data, run_stage, start_tracking
+from fedcore.config import config_from_dict
+from fedcore.pipeline.plan import config_text
+from pipelines.runner import run_local
+
+PNG = b"\x89PNG"
+
+
+def tiny_config(tmp_path: Path, **tracking: str) -> dict:
+    """Digits on 4 clients for 2 rounds, tracked in an embedded MLflow store under tmp_path."""
+    return {
+        "data": {"name": "digits", "max_train": 400},
+        "partition": {"kind": "iid", "num_clients": 4},
+        "noise": {"type": "symmetric", "noisy_client_fraction": 0.5, "rate": {"kind": "fixed", "value": 0.4}},
+        "model": {"name": "mlp", "width": 32},
+        "train": {"rounds": 2, "local_epochs": 1, "batch_size": 32, "lr": 0.1, "device": "cpu"},
+        "method": {"name": "fedavg"},
+        "tracking": {"backend": "mlflow", "uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                     "artifact_location": str(tmp_path / "mlartifacts"), **tracking},
+    }
+
+
+def _output(root: Path, task: str, name: str) -> Path:
+    (hit,) = root.glob(f"kfp/**/{task}/{name}")
+    return hit
+
+
+def test_every_component_under_kfp_local(tmp_path):
+    (tmp_path / "snapshots" / "2024-01-01").mkdir(parents=True)
+    newest = tmp_path / "snapshots" / "2024-02-01"
+    newest.mkdir()
+    cfg = config_from_dict(tiny_config(tmp_path, experiment="components"))
+    text, h = config_text(cfg), cfg.config_hash()
+    run = {"config_yaml": text, "overrides": "[]", "config_hash": h}
+
+    @dsl.pipeline(name="every-component")
+    def every_component() -> str:
+        track = start_tracking(config_yaml=text, pipeline="components").outputs["tracking"]
+        with dsl.ParallelFor(["tiny"]) as setting:
+            snap = latest_snapshot(prefix=str(tmp_path / "snapshots")).outputs["Output"]
+            prep = prepare_data(config_yaml=text, overrides="[]", data_hash=cfg.data_hash(), data_root=snap)
+            data = prep.outputs["dataset"]
+            stage = run_stage(stage="train", dataset=data, tracking=track, setting=setting, data_root=snap, **run)
+            ckpt, rid = stage.outputs["checkpoint"], stage.outputs["Output"]
+            ev = evaluate(dataset=data, run=ckpt, report=prep.outputs["report"], tracking=track, run_id=rid,
+                          setting=setting, data_root=snap, **run)
+            champion(model_name="tiny-model", dataset=data, run=ckpt, tracking=track, run_id=rid, data_root=snap,
+                     **run).after(ev)
+        return compare(config_yaml=text, rows=dsl.Collected(ev.outputs["Output"]), tracking=track,
+                       title="tiny").outputs["Output"]
+
+    result = run_local(every_component, tmp_path / "root", echo=False)
+
+    (record,) = json.loads(result.output)
+    assert (record["method"], record["setting"], record["seed"]) == ("fedavg", "tiny", 0)
+    assert 0.0 <= record["summary"]["final/acc"] <= 1.0
+    root = tmp_path / "root"
+    dataset = _output(root, "prepare-data", "dataset")
+    assert json.loads((dataset / "manifest.json").read_text())["files"]["data.pt"] == record["data_sha256"]
+    assert (_output(root, "prepare-data", "report") / "scene.png").read_bytes()[:4] == PNG
+    assert (_output(root, "run-stage", "checkpoint") / "checkpoints" / "stage-train.pt").is_file()
+    figures = _output(root, "evaluate", "figures")
+    assert {"curves.png", "confusion.png", "record.json"} <= {p.name for p in figures.iterdir()}
+    assert "| fedavg · tiny | 1 |" in (_output(root, "compare", "figures") / "compare.md").read_text()
+    decision = json.loads((_output(root, "champion", "decision") / "decision.json").read_text())
+    assert decision["promote"] and decision["champion"] is None and decision["version"] == "1"
+
+    client = MlflowClient(cfg.tracking.uri)
+    child = client.get_run(record["run_id"])
+    parent = client.get_run(child.data.tags["mlflow.parentRunId"])
+    assert (child.info.status, parent.info.status) == ("FINISHED", "FINISHED")
+    assert child.data.params["data.root"] == str(newest)  # trained on the newest snapshot
+    assert child.data.tags["setting"] == "tiny" and child.data.tags["retrain.decision"] == "promoted"
+    assert client.get_model_version_by_alias("tiny-model", "champion").run_id == record["run_id"]
+    assert [a.path for a in client.list_artifacts(parent.info.run_id, "summary")] >= ["summary/compare.json"]
