@@ -129,9 +129,11 @@ def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console =
         table = comparison_table(json.loads(output), by="group", title=f"{name} pipeline (mean ± std over seeds)")
         table.columns[0].header = "method · setting"
         console.print(table)
-    console.print(f"run dir: {out}  (kfp artifacts in {out / 'kfp'}, task logs in {out / 'kfp-local.log'})")
+    # soft_wrap: paths and the command stay on one line, ready to copy.
+    console.print(f"run dir: {out}  (kfp artifacts in {out / 'kfp'}, task logs in {out / 'kfp-local.log'})",
+                  soft_wrap=True, markup=False, highlight=False)
     if cfg.tracking.backend != "none":
-        console.print(f"MLflow: {mlflow_hint(cfg)}")
+        console.print(f"MLflow: {mlflow_hint(cfg)}", soft_wrap=True, markup=False, highlight=False)
 
 
 def mlflow_hint(cfg: Any) -> str:

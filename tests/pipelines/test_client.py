@@ -9,7 +9,6 @@ import pytest
 from fedcore import env
 from fedcore.cli import main
 from tests.pipelines.kfp_stub import KfpStub, start_stub
-from tests.pipelines.test_compile import CFG
 
 QUICK = "configs/quickstart.yaml"
 
@@ -97,4 +96,3 @@ def test_compile_writes_a_package_from_the_default_config(tmp_path, capsys):
     code, stdout, _ = _cli(["pipeline", "compile", "sweep", "--out", str(out)], capsys)
     assert code == 0, stdout
     assert out.is_file() and "fedcore-sweep" in out.read_text()
-    assert CFG  # the shared test config stays importable for the compile tests

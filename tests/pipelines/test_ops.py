@@ -1,0 +1,32 @@
+"""Small pieces of the component logic: history parsing, rate estimates, figures."""
+
+from __future__ import annotations
+
+from fedcore.pipeline.ops import rate_estimates, read_history
+from fedcore.plots import compare_figure, curves_figure, rate_scatter, save, scene_figure
+
+PNG = b"\x89PNG"
+
+
+def test_history_round_trips_and_the_last_estimates_win(tmp_path):
+    f = tmp_path / "history.csv"
+    f.write_text("stage,round,test/acc,noise/rate_est/client_00,noise/rate_est/client_01\n"
+                 "identify,1,,0.1,0.5\nidentify,2,,0.2,0.6\ntrain,3,0.7,,\n")
+
+    history = read_history(f)
+
+    assert history[2] == {"stage": "train", "round": 3.0, "test/acc": 0.7}
+    assert rate_estimates(history) == {0: 0.2, 1: 0.6}
+    assert rate_estimates(history[2:]) == {}
+
+
+def test_figures_render_to_png(tmp_path):
+    history = [{"stage": "warmup", "round": 1.0, "train/loss": 2.0},
+               {"stage": "train", "round": 2.0, "train/loss": 1.5, "test/acc": 0.4}]
+    report = {"dataset": "digits", "num_clients": 2, "noisy_clients": 1, "overall_noise_rate": 0.2,
+              "clients": [{"client": 0, "size": 10, "noisy": True, "realized_rate": 0.4},
+                          {"client": 1, "size": 12, "noisy": False, "realized_rate": None}]}
+    figs = {"curves": curves_figure(history), "scatter": rate_scatter([0.1, 0.5], [0.2, 0.4]),
+            "scene": scene_figure(report), "compare": compare_figure(["a", "b"], [0.5, 0.7], [0.0, 0.1], "acc")}
+    for name, fig in figs.items():
+        assert save(fig, tmp_path / f"{name}.png").read_bytes()[:4] == PNG
