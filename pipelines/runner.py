@@ -92,6 +92,8 @@ def _quiet(log_path: Path, names: dict[str, str], echo: bool) -> Iterator[None]:
     with open(log_path, "a", encoding="utf-8") as log, warnings.catch_warnings():
         # Resources, accelerators and kfp-kubernetes settings only matter on a cluster.
         warnings.filterwarnings("ignore", message=".*no effect in the current local runner.*")
+        # The project image is the one this environment was installed from; kfp cannot know that.
+        warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
         sink = _Echo(log, sys.stdout if echo else None, names)
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             yield
