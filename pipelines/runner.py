@@ -87,6 +87,22 @@ def display_names(pipeline: Any) -> dict[str, str]:
 
 
 @contextlib.contextmanager
+def _one_thread_per_task() -> Iterator[None]:
+    """Tasks (and loop iterations, which run in parallel) inherit OMP_NUM_THREADS=1 unless set.
+
+    Small federated models gain nothing from intra-op threads, and on a busy laptop the
+    threads' spin-waits cost several times the work itself (measured: 6.5 s vs 44 s CPU).
+    """
+    old = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = old or "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+
+
+@contextlib.contextmanager
 def _quiet(log_path: Path, names: dict[str, str], echo: bool) -> Iterator[None]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as log, warnings.catch_warnings():
@@ -112,7 +128,7 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: A
                raise_on_error=True)
     log = root / "kfp-local.log"
     try:
-        with _quiet(log, display_names(pipeline), echo):
+        with _one_thread_per_task(), _quiet(log, display_names(pipeline), echo):
             return pipeline(**arguments)
     except RuntimeError as err:
         text = _ANSI.sub("", " ".join(str(err).split()))
