@@ -183,7 +183,7 @@ class FedSIR(NoiseAwareMethod):
         q = spectral.identify_clients(desc, seed=self.ctx.seed, n_init=self.params.gmm_n_init)
         clean = q >= 0.5
         if not clean.any():
-            clean[int(np.nanargmin(desc[:, 0]))] = True
+            clean[int(np.argmin(np.nan_to_num(desc[:, 0], nan=np.inf)))] = True
         ups = [u for u, ok in zip(updates, clean, strict=True) if ok]
         params = {**state.params, **weighted_average([u.params for u in ups], [u.num_examples for u in ups])}
         rows = [{"client": u.cid, "mu": float(d[0]), "e": float(d[1]), "clean_posterior": float(qc)}
