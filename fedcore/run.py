@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +114,7 @@ def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, e
         checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every,
     )
     state = loop.run(state, loop_state, only=stages)
-    return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator)
+    return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras)
 
 
 def _check_stages(method: Any, stages: Sequence[str] | None) -> None:
@@ -123,6 +124,9 @@ def _check_stages(method: Any, stages: Sequence[str] | None) -> None:
         raise ConfigError(f"method '{method.name}' has stages {names}; unknown {unknown}")
 
 
+_PER_CLIENT = re.compile(r"/client_\d+$")  # e.g. noise/rate_est/client_07; detect/client_f1 stays
+
+
 def summarize(history: list[dict[str, Any]], task: str) -> dict[str, float]:
     key = "test/mAP" if task == "multi" else "test/acc"
     summary = summarize_history(history, key)
@@ -130,14 +134,16 @@ def summarize(history: list[dict[str, Any]], task: str) -> dict[str, float]:
     latest: dict[str, float] = {}
     for row in history:
         for k, v in row.items():
-            if k not in ("stage", "round") and "/client_" not in k and isinstance(v, float | int):
+            if k not in ("stage", "round") and not _PER_CLIENT.search(k) and isinstance(v, float | int):
                 latest[k] = float(v)
     summary.update({f"last/{k}": v for k, v in latest.items()})
     return summary
 
 
 def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, method: Any, state: ServerState,
-                  history: list[dict[str, Any]], evaluator: Evaluator) -> dict[str, float]:
+                  history: list[dict[str, Any]], evaluator: Evaluator,
+                  extras: dict[str, Any] | None = None) -> dict[str, float]:
+    """Final artifacts; `extras` are the method's latest `Estimates.extra` (e.g. descriptor scatter)."""
     summary = summarize(history, fed.task)
     buf = io.BytesIO()
     torch.save({k: v.detach().cpu() for k, v in method.eval_model(state).state_dict().items()}, buf)
@@ -152,6 +158,8 @@ def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, metho
     from fedcore.data.report import scene_report
 
     atomic_write_bytes(out / "scene.json", json.dumps(scene_report(fed), indent=2).encode())
+    if extras:
+        atomic_write_bytes(out / "estimates.json", json.dumps(_finite(_plain(extras)), indent=2).encode())
     return summary
 
 
@@ -166,9 +174,24 @@ def history_csv(history: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+def _plain(obj: Any) -> Any:
+    """numpy/torch values -> JSON-able Python."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray | torch.Tensor):
+        return _plain(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
 def _finite(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
     if isinstance(obj, float) and not np.isfinite(obj):
         return None
     return obj

@@ -37,7 +37,8 @@ class Checkpointer:
             "config_hash": self.config_hash,
             "state": {"params": state.params, "rnd": state.rnd, "stage": state.stage,
                       "stage_round": state.stage_round, "extra": dict(state.extra)},
-            "loop": {"stage_index": loop.stage_index, "history": loop.history, "stopped": loop.stopped},
+            "loop": {"stage_index": loop.stage_index, "history": loop.history, "stopped": loop.stopped,
+                     "extras": loop.extras},
             "clients": self.clients.state_dict() if self.clients else [],
             "callbacks": [cb.state_dict() if hasattr(cb, "state_dict") else None for cb in self.callbacks],
             "torch_rng": torch.get_rng_state(),
@@ -108,5 +109,6 @@ def restore(payload: dict[str, Any], device: torch.device) -> tuple[ServerState,
                         extra=s["extra"])
     lp = payload["loop"]
     torch.set_rng_state(payload["torch_rng"])
-    return state, LoopState(stage_index=lp["stage_index"], history=lp["history"], stopped=lp["stopped"])
+    return state, LoopState(stage_index=lp["stage_index"], history=lp["history"], stopped=lp["stopped"],
+                            extras=lp.get("extras", {}))
 

@@ -27,6 +27,7 @@ class LoopState:
     stage_index: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     stopped: bool = False
+    extras: dict[str, Any] = field(default_factory=dict)  # latest Estimates.extra per key (run artifacts)
 
 
 class RoundLoop:
@@ -78,7 +79,9 @@ class RoundLoop:
                 new[PERSONAL] = old[PERSONAL]
             self.store.put(u.cid, new)
 
-    def run_round(self, state: ServerState, stage: Stage) -> tuple[ServerState, dict[str, float]] | None:
+    def run_round(
+        self, state: ServerState, stage: Stage
+    ) -> tuple[ServerState, dict[str, float], dict[str, Any]] | None:
         plan = self.method.plan_round(state, state.rnd)
         if plan is None:
             return None
@@ -98,7 +101,7 @@ class RoundLoop:
         metrics = {**_client_means(updates), **result.scalars, "round/clients": float(len(cohort))}
         if self.scorer is not None and not result.estimates.empty():
             metrics.update(self.scorer(result.estimates, state.rnd))
-        return state, metrics
+        return state, metrics, result.estimates.extra
 
     # -- stages -----------------------------------------------------------------------------
     def run(self, state: ServerState, loop: LoopState, only: Sequence[str] | None = None) -> ServerState:
@@ -123,7 +126,8 @@ class RoundLoop:
             out = self.run_round(state, stage)
             if out is None:
                 break
-            state, metrics = out
+            state, metrics, extra = out
+            loop.extras.update(extra)
             final = state.stage_round >= stage.rounds
             if stage.evaluate and self.evaluator and (state.rnd % self.eval_every == 0 or final):
                 metrics.update(self.evaluator(self.method.eval_model(state), state.rnd))

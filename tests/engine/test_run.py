@@ -97,3 +97,13 @@ def test_cli_run_and_compare(tmp_path, artifact, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["compare", str(tmp_path / "missing")])
     assert exc.value.code == 2
+
+
+def test_summary_keeps_aggregate_metrics_and_drops_per_client_ones():
+    from fedcore.run import summarize
+
+    hist = [{"stage": "train", "round": 1.0, "detect/client_f1": 1.0, "noise/rate_est/client_07": 0.3,
+             "test/acc": 0.5}]
+    s = summarize(hist, "single")
+    assert s["last/detect/client_f1"] == 1.0 and s["final/acc"] == 0.5
+    assert not any("client_07" in k for k in s)
