@@ -1,5 +1,14 @@
 """Shared pytest setup. Fixture modules live in tests/fixtures/ and are loaded as plugins."""
 
+import os
+
+import torch
+
+# Tests run tiny models: intra-op threads only add contention on small CI machines.
+# Subprocesses (kfp.local tasks, servers) inherit the env var.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
+
 pytest_plugins = [
     "tests.fixtures.common",
     "tests.fixtures.s3",

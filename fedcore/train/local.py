@@ -60,7 +60,7 @@ def train_local(
     after_step: Callable[[nn.Module], None] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> dict[str, float]:
-    """Run local SGD/Adam on one client; returns {'train/loss': mean loss, 'train/steps': n}.
+    """Run local SGD/Adam on one client; returns {'train/loss': mean loss, 'train/steps': n, 'lr': lr}.
 
     labels: the client's working labels in local order. make_x: pos -> inputs (for
     augmentation); default is the plain normalized batch. after_step: e.g. EMA updates.
@@ -80,7 +80,9 @@ def train_local(
             after_step(model)
         total += loss.detach()
         steps += 1
-    return {"train/loss": float(total) / max(steps, 1), "train/steps": float(steps)}
+    # lr is reported per round so schedules and per-stage optimizers show up in the curves.
+    lr = float(opt.param_groups[0]["lr"])
+    return {"train/loss": float(total) / max(steps, 1), "train/steps": float(steps), "lr": lr}
 
 
 @torch.no_grad()
