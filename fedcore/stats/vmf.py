@@ -187,6 +187,16 @@ def class_geometry(gamma: np.ndarray, labels: np.ndarray, weight: np.ndarray, nu
     return counts / counts.sum(1, keepdims=True)
 
 
+def label_fallback(labels: np.ndarray, clean: np.ndarray) -> np.ndarray:
+    """B weights (n,): the clean mask, except that a label none of whose samples is clean
+    counts all of them. Without this a label judged all-noisy once gets a uniform B row,
+    scores 1/G for every sample and stays all-noisy for good."""
+    labels, w = np.asarray(labels, int), np.asarray(clean, bool).astype(float)
+    dead = np.setdiff1d(np.unique(labels), np.unique(labels[w > 0]))
+    w[np.isin(labels, dead)] = 1.0
+    return w
+
+
 def ema_rows(old: np.ndarray, new: np.ndarray, momentum: float = 0.1) -> np.ndarray:
     """(1 - momentum) * old + momentum * new, rows renormalized (guards rounding drift)."""
     out = (1 - momentum) * old + momentum * new

@@ -120,6 +120,7 @@ def test_T_has_its_own_group_without_weight_decay(fed):
     opt = method.local_optimizer(task_for(method, state))
     t_group = [g for g in opt.param_groups if any(p is method.model.absorption.T for p in g["params"])]
     assert len(t_group) == 1 and t_group[0]["weight_decay"] == 0.0
+    assert t_group[0]["lr"] == pytest.approx(0.01 * 0.05)  # t_lr_scale x train.lr
     assert all(g["weight_decay"] == 5e-4 for g in opt.param_groups if g is not t_group[0])
     off, off_state = make_method(fed, absorption="off")
     opt = off.local_optimizer(task_for(off, off_state))
@@ -139,10 +140,15 @@ def test_projection_keeps_T_row_stochastic():
 
 @pytest.fixture(scope="module")
 def run_on(fed, tmp_path_factory):
+    cache = {}
+
     def run(**params):
-        out = tmp_path_factory.mktemp("fedrg")
-        result = run_experiment(digits_cfg(**params), out, data=fed)
-        return result, load_checkpoint(out / "checkpoints" / "stage-train.pt")
+        key = tuple(sorted(params.items()))
+        if key not in cache:
+            out = tmp_path_factory.mktemp("fedrg")
+            result = run_experiment(digits_cfg(**params), out, data=fed)
+            cache[key] = result, load_checkpoint(out / "checkpoints" / "stage-train.pt")
+        return cache[key]
 
     return run
 
@@ -152,7 +158,7 @@ def test_personal_T_is_trained_row_stochastic_and_never_aggregated(run_on):
     personal = [c[PERSONAL]["absorption.T"] for c in ckpt["clients"]]
     for t in personal:
         assert torch.allclose(t.sum(1), torch.ones(10), atol=1e-5) and float(t.min()) > 0
-        assert not torch.allclose(t, torch.eye(10))  # it was trained ...
+        assert float((t - torch.eye(10)).abs().max()) > 1e-4  # it was trained ...
     assert torch.equal(result.state.params["absorption.T"], torch.eye(10))  # ... but the server never saw it
     assert not torch.allclose(personal[0], personal[1])
 
@@ -161,7 +167,7 @@ def test_global_absorption_is_averaged(run_on):
     result, ckpt = run_on(absorption="global")
     t = result.state.params["absorption.T"]
     assert all(PERSONAL not in c for c in ckpt["clients"])
-    assert not torch.allclose(t, torch.eye(10)) and torch.allclose(t.sum(1), torch.ones(10), atol=1e-5)
+    assert float((t - torch.eye(10)).abs().max()) > 1e-4 and torch.allclose(t.sum(1), torch.ones(10), atol=1e-5)
 
 
 def test_rounds_report_both_detectors_and_mean_diag(run_on, fed):
@@ -177,3 +183,12 @@ def test_rounds_report_both_detectors_and_mean_diag(run_on, fed):
         assert len(cstate["clean"]) == len(fed.client_indices[c])  # one split over the whole local set
         assert cstate["B"].shape == (10, 10) and np.allclose(cstate["B"].sum(1), 1.0)
         assert cstate["mix"]["mu"].shape == (10, 32)
+
+
+def test_yaml_on_off_booleans_are_accepted_for_absorption():
+    from fedcore.methods.fedrg import FedRGParams
+
+    assert FedRGParams(absorption=False).absorption == "off"
+    assert FedRGParams(absorption=True).absorption == "on"
+    with pytest.raises(ValueError):
+        FedRGParams(absorption="sometimes")

@@ -162,3 +162,9 @@ def test_split_flags_the_high_noisiness_group():
     score = np.concatenate([rng.normal(0.1, 0.02, 80), rng.normal(0.8, 0.05, 20)])
     noisy = vmf.split_noisy(score, seed=0)
     assert noisy[80:].all() and not noisy[:80].any()
+
+
+def test_label_fallback_keeps_labels_with_no_clean_sample():
+    labels = np.array([0, 0, 1, 1, 2])
+    clean = np.array([True, False, False, False, False])
+    np.testing.assert_array_equal(vmf.label_fallback(labels, clean), [1.0, 0.0, 1.0, 1.0, 1.0])
