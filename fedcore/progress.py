@@ -53,15 +53,17 @@ class ProgressCallback(Callback):
 class EarlyStopping(Callback):
     """Stop after `patience` evaluations without a better test score."""
 
-    def __init__(self, patience: int, key: str = "test/acc") -> None:
+    def __init__(self, patience: int, key: str | None = None) -> None:
+        # key None: test/acc, or test/mAP on multi-label runs (which have no accuracy).
         self.patience, self.key = patience, key
         self.best, self.bad = -math.inf, 0
 
     def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
-        if self.key not in metrics:
+        key = self.key or next((k for k in ("test/acc", "test/mAP") if k in metrics), None)
+        if key is None or key not in metrics:
             return
-        if metrics[self.key] > self.best:
-            self.best, self.bad = metrics[self.key], 0
+        if metrics[key] > self.best:
+            self.best, self.bad = metrics[key], 0
         else:
             self.bad += 1
 
