@@ -165,3 +165,17 @@ def test_presets_validate(name: str):
 
     cfg = load_config(f"configs/fedharmony_{name}.yaml")
     assert cfg.method.name == "fedharmony" and cfg.partition.num_clients == 10
+
+
+def test_early_stopping_watches_map_on_multilabel_runs():
+    from fedcore.progress import EarlyStopping
+
+    stop = EarlyStopping(patience=1)
+    stop.after_round(1, "train", {"test/mAP": 0.5})
+    assert not stop.should_stop()
+    stop.after_round(2, "train", {"test/mAP": 0.4})
+    assert stop.should_stop()
+    acc = EarlyStopping(patience=1)
+    acc.after_round(1, "train", {"test/acc": 0.5, "test/mAP": 0.1})
+    acc.after_round(2, "train", {"test/acc": 0.6, "test/mAP": 0.0})  # accuracy wins when both exist
+    assert not acc.should_stop()
