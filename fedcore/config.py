@@ -113,6 +113,9 @@ class TrainConfig(Strict):
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
     weight_decay: float = Field(5e-4, ge=0.0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads for this run; small models on busy machines run faster with 1"
+    )
     eval_every: int = Field(1, ge=1)
     checkpoint_every: int = Field(0, ge=0, description="0 = only at stage ends")
     early_stop_patience: int = Field(0, ge=0, description="evaluations without improvement; 0 = off")
@@ -192,7 +195,8 @@ class ExperimentConfig(Strict):
         """Digest of everything a checkpoint depends on: round budgets may grow, tracking may change."""
         d = self.to_dict()
         d.pop("tracking")
-        d["train"] = {k: v for k, v in d["train"].items() if k not in ("rounds", "stage_rounds", "checkpoint_every")}
+        free = ("rounds", "stage_rounds", "checkpoint_every", "threads")
+        d["train"] = {k: v for k, v in d["train"].items() if k not in free}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -74,6 +74,8 @@ def run_experiment(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(cfg.train.device)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     fed = load_or_build_data(cfg, data)
     ctx = make_context(cfg, fed, device)
     method = build_method(cfg)
