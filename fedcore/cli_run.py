@@ -83,7 +83,7 @@ def quickstart(
     out: Annotated[Path, typer.Option("--out", help="where runs and the dataset go")] = Path("runs/quickstart"),
     rounds: Annotated[int | None, typer.Option(help="override train.rounds")] = None,
 ) -> None:
-    """The `make run` job: the quickstart comparison on one shared noisy digits artifact."""
+    """The `make run` job: the local sweep pipeline comparing methods on noisy vs clean digits."""
     from fedcore.quickstart import run_quickstart
 
     run_quickstart(out, console, rounds=rounds)
