@@ -16,6 +16,18 @@ from rich.console import Console
 from fedcore.errors import TrackingError, UserError
 
 PLOT_METRIC = "final/acc_last10"
+MULTI_PLOT_METRIC = "final/mAP_last10"
+
+
+def plot_metric(records: list[dict[str, Any]]) -> str:
+    """The bar chart's metric: mAP when every run is multi-label (a `task` tag, or only mAP logged)."""
+    def multi(r: dict[str, Any]) -> bool:
+        task = r.get("task")
+        if task is not None:
+            return task == "multi"
+        return MULTI_PLOT_METRIC in r["summary"] and PLOT_METRIC not in r["summary"]
+
+    return MULTI_PLOT_METRIC if records and all(multi(r) for r in records) else PLOT_METRIC
 
 
 def _slug(name: str) -> str:
@@ -53,7 +65,7 @@ def _record(row: Any) -> dict[str, Any] | None:
     summary = {c[len("metrics."):]: float(v) for c, v in row.items()
                if c.startswith("metrics.") and get(c) is not None}
     setting = get("tags.setting") or get("tags.noise_type") or "default"
-    return {"method": get("tags.method"), "setting": setting, "seed": get("params.seed"),
+    return {"method": get("tags.method"), "setting": setting, "seed": get("params.seed"), "task": get("tags.task"),
             "run_id": row["run_id"], "group": f"{get('tags.method')} · {setting}", "summary": summary}
 
 
@@ -68,8 +80,9 @@ def compare_experiment(experiment: str, console: Console, uri: str | None = None
         raise UserError(f"MLflow experiment '{experiment}' has no finished fedcore runs yet")
     console.print(comparison_table(records, by="group", title=f"MLflow experiment '{experiment}'"))
     groups = group_records(records, by="group")
-    stats = {g: mean_std([r["summary"].get(PLOT_METRIC) for r in recs]) for g, recs in groups.items()}
+    metric = plot_metric(records)
+    stats = {g: mean_std([r["summary"].get(metric) for r in recs]) for g, recs in groups.items()}
     png = save(compare_figure(list(stats), [m for m, _ in stats.values()], [s for _, s in stats.values()],
-                              PLOT_METRIC), Path(out_dir) / f"compare-{_slug(experiment)}.png")
+                              metric), Path(out_dir) / f"compare-{_slug(experiment)}.png")
     console.print(f"plot: {png}")
     return png

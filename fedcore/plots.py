@@ -21,6 +21,12 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 CURVES = (("test/acc", "test accuracy"), ("train/loss", "train loss"), ("test/loss", "test loss"))
+MULTI_CURVES = (("test/mAP", "test mAP"), ("train/loss", "train loss"), ("test/loss", "test loss"))
+
+
+def curves_for(task: str) -> tuple[tuple[str, str], ...]:
+    """The per-round curves of a run: test mAP instead of accuracy when the task is multi-label."""
+    return MULTI_CURVES if task == "multi" else CURVES
 
 
 def save(fig: Figure, path: str | Path) -> Path:
@@ -81,9 +87,9 @@ def confusion_figure(matrix: Sequence[Sequence[int]], class_names: Sequence[str]
     return fig
 
 
-def curves_figure(history: Sequence[dict[str, Any]], title: str = "") -> Figure:
-    """Accuracy and losses per round; dotted lines mark stage changes."""
-    present = [(k, label) for k, label in CURVES if any(_finite(r.get(k)) for r in history)]
+def curves_figure(history: Sequence[dict[str, Any]], title: str = "", task: str = "single") -> Figure:
+    """Accuracy (mAP for multi-label `task`) and losses per round; dotted lines mark stage changes."""
+    present = [(k, label) for k, label in curves_for(task) if any(_finite(r.get(k)) for r in history)]
     fig, axes = plt.subplots(1, max(len(present), 1), figsize=(4 * max(len(present), 1), 3), squeeze=False)
     boundaries = [r["round"] for prev, r in zip(history, history[1:], strict=False) if prev["stage"] != r["stage"]]
     for ax, (key, label) in zip(axes[0], present, strict=False):

@@ -186,7 +186,7 @@ def evaluate(cfg: ExperimentConfig, data_dir: str | Path, run_dir: str | Path, r
     ev = Evaluation(record={
         "setting": setting, "method": cfg.method.name, "group": f"{cfg.method.name} · {setting}", "seed": cfg.seed,
         "config_hash": cfg.config_hash(), "data_sha256": final.get("data_sha256"), "run_id": run_id,
-        "rounds": final.get("rounds"), "summary": final["summary"],
+        "rounds": final.get("rounds"), "summary": final["summary"], "task": fed.task,
     }, class_names=list(fed.meta.get("class_names") or []))
     ev.figures = _figures(cfg, fed, history, run_dir, out, ev)
     _write_json(out / "record.json", ev.record)
@@ -199,7 +199,7 @@ def _figures(cfg, fed, history, run_dir: Path, out: Path, ev: Evaluation) -> lis
     from fedcore.plots import confusion_figure, curves_figure, rate_scatter, save
     from fedcore.tracking.base import run_name_for
 
-    figs = [save(curves_figure(history, run_name_for(cfg)), out / "curves.png")]
+    figs = [save(curves_figure(history, run_name_for(cfg), task=fed.task), out / "curves.png")]
     if (run_dir / "confusion.json").is_file():
         ev.confusion = json.loads((run_dir / "confusion.json").read_text())
         figs.append(save(confusion_figure(ev.confusion, ev.class_names), out / "confusion.png"))
@@ -231,6 +231,14 @@ def _log_evaluation(cfg: ExperimentConfig, run_id: str, out: Path, report_dir: P
 # -- comparison -------------------------------------------------------------------------------
 
 
+def plot_metric(records: list[dict[str, Any]]) -> str:
+    """final/mAP_last10 when the runs are multi-label (record `task`; older records: only mAP in the
+    summary), else final/acc_last10."""
+    multi = [r.get("task") == "multi" or ("task" not in r and "final/mAP_last10" in r["summary"]
+                                           and "final/acc_last10" not in r["summary"]) for r in records]
+    return "final/mAP_last10" if records and all(multi) else "final/acc_last10"
+
+
 def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep") -> str:
     """Mean ± std over seeds per (method, setting): writes compare.md/.json/.png, returns the Markdown table."""
     from fedcore.compare import comparison_rows, mean_std
@@ -246,10 +254,11 @@ def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep
     out = Path(out_dir)
     write_bytes(out / "compare.md", md.encode())
     _write_json(out / "compare.json", {"header": header, "rows": table, "runs": rows})
+    metric = plot_metric(records)
     groups: dict[str, list[float]] = {}
     for r in records:
-        groups.setdefault(r["group"], []).append(r["summary"].get("final/acc_last10"))
+        groups.setdefault(r["group"], []).append(r["summary"].get(metric))
     stats = {g: mean_std(v) for g, v in groups.items()}
-    save(compare_figure(list(stats), [m for m, _ in stats.values()], [s for _, s in stats.values()],
-                        "final/acc_last10"), out / "compare.png")
+    save(compare_figure(list(stats), [m for m, _ in stats.values()], [s for _, s in stats.values()], metric),
+         out / "compare.png")
     return md

@@ -19,7 +19,13 @@ from fedcore.config import ExperimentConfig, config_from_dict
 from fedcore.errors import ConfigError, DataError, UserError
 from fedcore.storage import latest_under, write_bytes
 
-METRIC = "test/acc"
+METRIC = "test/acc"  # single-label runs; multi-label runs are scored on MULTI_METRIC
+MULTI_METRIC = "test/mAP"
+
+
+def score_metric(task: str) -> str:
+    """The test metric a champion and a candidate are compared on: mAP for multi-label data."""
+    return MULTI_METRIC if task == "multi" else METRIC
 
 
 def latest_snapshot(prefix: str) -> str:
@@ -73,7 +79,7 @@ def champion_score(registry: Any, name: str, cfg: ExperimentConfig, fed: Any) ->
     except (RuntimeError, ValueError, UserError) as exc:
         # A champion of another architecture or task cannot be scored here; say so in the record.
         return champ, None, f"champion v{champ.version} not comparable: {' '.join(str(exc).split())[:200]}"
-    return champ, score[METRIC], ""
+    return champ, score[score_metric(fed.task)], ""
 
 
 def champion_decision(cfg: ExperimentConfig, model_name: str, run_id: str, data_dir: str | Path,
@@ -87,16 +93,17 @@ def champion_decision(cfg: ExperimentConfig, model_name: str, run_id: str, data_
     fed = FederatedDataset.load(data_dir)
     registry = ModelRegistry(cfg.tracking.uri, Path.cwd())
     candidate_sd = torch.load(Path(run_dir) / "model.pt", map_location="cpu", weights_only=True)
-    candidate = score_state_dict(cfg, fed, candidate_sd)[METRIC]
+    metric = score_metric(fed.task)
+    candidate = score_state_dict(cfg, fed, candidate_sd)[metric]
     champ, champ_score, note = champion_score(registry, model_name, cfg, fed)
-    decision = decide(candidate, champ_score, METRIC, min_delta, note)
+    decision = decide(candidate, champ_score, metric, min_delta, note)
     version = registry.register(model_name, run_id, tags={"config_hash": cfg.config_hash()})
     decision.update(model=model_name, version=version.version, run_id=run_id, data_sha256=fed.sha256,
                     previous_champion=champ.version if champ else None)
     if decision["promote"]:
         registry.promote(version)
     registry.tag(version, {"retrain.decision": "promoted" if decision["promote"] else "kept",
-                           "retrain.reason": decision["reason"], f"retrain.{METRIC}": f"{candidate:.6f}"})
+                           "retrain.reason": decision["reason"], f"retrain.{metric}": f"{candidate:.6f}"})
     registry.log_decision(run_id, decision)
     write_bytes(Path(out_dir) / "decision.json", json.dumps(decision, indent=2).encode())
     return decision
