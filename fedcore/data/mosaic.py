@@ -15,6 +15,13 @@ The generative process is small enough to enumerate, so the true global correlat
 exact, not estimated: extras['true_corr'] (C, C), and per group extras['true_group_corr']
 (G, C, C). data.params: n_train (4000), n_test (1000), groups (10), pairs_per_group (2),
 strength (0.8), max_extra (2), seed (0: the dataset is fixed across experiment seeds).
+
+Degraded tiles (off by default; both splits alike, labels unchanged): `occlude` (0.0) is the
+probability that a digit tile loses a random half (top, bottom, left or right) to blank,
+and `pixel_noise` (0.0) the std of Gaussian noise, in 0-255 grey levels, added to every
+pixel. They make digits weakly visible, so that a model has to lean on co-occurrence, as in
+real multi-label photos; they are drawn from their own random stream, so with both at 0 the
+images are exactly those of the undegraded dataset.
 """
 
 from __future__ import annotations
@@ -29,9 +36,9 @@ from fedcore.data.datasets import RawDataset, register_dataset, stratified_split
 from fedcore.errors import ConfigError
 
 NUM_DIGITS, TILES, TILE = 10, 4, 8
-_SALT_SPEC, _SALT_DRAW = 0x3051, 0x3052
+_SALT_SPEC, _SALT_DRAW, _SALT_DEGRADE = 0x3051, 0x3052, 0x3053
 DEFAULTS = {"n_train": 4000, "n_test": 1000, "groups": 10, "pairs_per_group": 2, "strength": 0.8,
-            "max_extra": 2, "seed": 0}
+            "max_extra": 2, "seed": 0, "occlude": 0.0, "pixel_noise": 0.0}
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,31 @@ def render(tiles: np.ndarray, pool_x: np.ndarray, pool_y: np.ndarray, rng: np.ra
     return imgs.reshape(n, 2, 2, TILE, TILE).transpose(0, 1, 3, 2, 4).reshape(n, 1, 2 * TILE, 2 * TILE)
 
 
+def degrade(imgs: np.ndarray, tiles: np.ndarray, occlude: float, pixel_noise: float,
+            rng: np.random.Generator) -> np.ndarray:
+    """Blank a random half of each digit tile with probability `occlude`, then add Gaussian
+    pixel noise of std `pixel_noise` (grey levels) everywhere. imgs: uint8 (n, 1, 16, 16)."""
+    if occlude <= 0 and pixel_noise <= 0:
+        return imgs
+    out = imgs.astype(np.float64)
+    n = len(tiles)
+    hit = (tiles >= 0) & (rng.random(tiles.shape) < occlude)
+    side = rng.integers(0, 4, tiles.shape)  # 0 top, 1 bottom, 2 left, 3 right half
+    h = TILE // 2
+    half = np.zeros((4, TILE, TILE), dtype=bool)
+    half[0, :h] = half[1, h:] = True
+    half[2, :, :h] = half[3, :, h:] = True
+    for t in range(TILES):
+        r, c = (t // 2) * TILE, (t % 2) * TILE
+        rows = np.flatnonzero(hit[:, t])
+        patch = out[rows, 0, r:r + TILE, c:c + TILE]
+        patch[half[side[rows, t]]] = 0.0
+        out[rows, 0, r:r + TILE, c:c + TILE] = patch
+    if pixel_noise > 0:
+        out += rng.normal(0.0, pixel_noise, out.shape)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8).reshape(n, 1, 2 * TILE, 2 * TILE)
+
+
 def _presence_moments(prefix: tuple[int, ...], extra: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact E[y] (C,) and E[y y^T] (C, C) when the digits are `prefix` plus `extra` uniform digits."""
     combos = np.array(list(itertools.product(range(NUM_DIGITS), repeat=extra)), dtype=np.int64)
@@ -148,6 +180,12 @@ def load_digits_mosaic(cfg: DataConfig) -> RawDataset:
     g_test = np.arange(int(p["n_test"])) % spec.groups
     t_train, t_test = draw_tiles(spec, g_train, rng), draw_tiles(spec, g_test, rng)
     x_train, x_test = render(t_train, x[tr], y[tr], rng), render(t_test, x[te], y[te], rng)
+    occlude, pixel_noise = float(p["occlude"]), float(p["pixel_noise"])
+    if not 0.0 <= occlude <= 1.0 or pixel_noise < 0:
+        raise ConfigError("digits_mosaic: data.params.occlude must be in [0, 1] and pixel_noise >= 0")
+    noise_rng = np.random.default_rng([int(p["seed"]), _SALT_DEGRADE])
+    x_train = degrade(x_train, t_train, occlude, pixel_noise, noise_rng)
+    x_test = degrade(x_test, t_test, occlude, pixel_noise, noise_rng)
     p_g, pp_g = group_moments(spec)
     mean, std = channel_stats(x_train)
     return RawDataset(
@@ -158,5 +196,6 @@ def load_digits_mosaic(cfg: DataConfig) -> RawDataset:
             "true_corr": phi_from_moments(p_g.mean(axis=0), pp_g.mean(axis=0)),
             "true_group_corr": np.stack([phi_from_moments(a, b) for a, b in zip(p_g, pp_g, strict=True)]),
             "group_pairs": spec.pairs, "strength": spec.strength, "max_extra": spec.max_extra,
+            "occlude": occlude, "pixel_noise": pixel_noise,
         },
     )
