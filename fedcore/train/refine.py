@@ -12,10 +12,14 @@ import torch.nn.functional as F
 from fedcore.train import losses
 
 
-def pseudo_labels(logits: torch.Tensor, tau_conf: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """FixMatch-style hard pseudo-labels: (argmax (n,), confident (n,) = max prob >= tau_conf)."""
-    conf, pred = F.softmax(logits.detach(), dim=-1).max(dim=-1)
-    return pred, conf >= tau_conf
+def pseudo_labels(logits: torch.Tensor, tau_conf: float, soft: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """FixMatch-style pseudo-labels -> (y_pse, confident (n,) = max prob >= tau_conf).
+
+    y_pse is the argmax (n,) or, with `soft`, the whole softmax (n, C) (a variant).
+    """
+    probs = F.softmax(logits.detach(), dim=-1)
+    conf, pred = probs.max(dim=-1)
+    return (probs if soft else pred), conf >= tau_conf
 
 
 def refine_targets(
@@ -33,11 +37,12 @@ def refine_targets(
     rate < beta and q >= 0.5: keep the given label y_hat.
     rate < beta and q <  0.5: q * onehot(y_hat) + (1 - q) * onehot(y_pse).
     rate >= beta:             onehot(y_pse).
+    y_pse: integer pseudo-labels (n,) or probability rows (n, C), used in place of onehot(y_pse).
     A sample whose target uses an unconfident pseudo-label is dropped (keep False).
     clean_keep_label: in the rate >= beta tier too, q >= 0.5 samples keep y_hat (a variant).
     """
     hat = F.one_hot(y_hat, num_classes).float()
-    pse = F.one_hot(y_pse, num_classes).float()
+    pse = y_pse.to(hat.dtype) if y_pse.ndim == 2 else F.one_hot(y_pse, num_classes).to(hat.dtype)
     clean = q >= 0.5
     if rate >= beta:
         if clean_keep_label:

@@ -107,3 +107,19 @@ def test_local_ema_step_on_tensors_and_modules():
         teacher.weight.fill_(1.0), teacher.bias.fill_(0.0), student.weight.fill_(3.0), student.bias.fill_(2.0)
     ema_step_(teacher, student, decay=0.75)
     assert teacher.weight.item() == pytest.approx(1.5) and teacher.bias.item() == pytest.approx(0.5)
+
+
+def test_soft_pseudo_labels_replace_the_one_hot_by_the_global_softmax():
+    probs = torch.tensor([[0.6, 0.3, 0.1], [0.1, 0.1, 0.8]])
+    y_soft, confident = pseudo_labels(torch.log(probs), tau_conf=0.7, soft=True)
+    torch.testing.assert_close(y_soft, probs)
+    assert confident.tolist() == [False, True]
+    # Low-rate tier, q = .25 on a noisy-looking sample: .25 * onehot(2) + .75 * softmax.
+    targets, keep = refine_targets(torch.tensor([2, 2]), torch.tensor([0.25, 0.9]), 0.1, y_soft,
+                                   torch.tensor([True, True]), beta=0.4, num_classes=3)
+    torch.testing.assert_close(targets[0], torch.tensor([0.45, 0.225, 0.325]))
+    torch.testing.assert_close(targets[1], torch.tensor([0.0, 0.0, 1.0]))
+    # High-rate tier: the softmax itself.
+    targets, _ = refine_targets(torch.tensor([2, 2]), torch.tensor([0.25, 0.9]), 0.5, y_soft,
+                                torch.tensor([True, True]), beta=0.4, num_classes=3)
+    torch.testing.assert_close(targets, probs)

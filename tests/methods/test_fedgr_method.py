@@ -145,3 +145,44 @@ def test_short_run_reports_the_promised_metrics(fed, tmp_path):
 def test_every_ablation_runs(fed, tmp_path, switch):
     res = run_experiment(digits_cfg(rounds=3, warmup=2, **{switch: False}), tmp_path, data=fed)
     assert np.isfinite(res.summary["final/acc"]) and "noise/rate_pearson" in res.history[-1]
+
+
+
+def test_probe_and_sieve_align_losses_posteriors_and_rates_with_the_samples(fed):
+    """End to end through probe -> pooled GMM -> per-client q and r_k, with a global model fitted
+    to the *true* labels (on weak views, the view the probe scores): the uploaded surrogates must
+    rank the truly noisy samples high (they are CE against the given labels, in local order), the
+    flagged q < 0.5 samples must be the high-loss end of the pool (the clean component is the
+    low-loss one), and each r_k must be mean(1 - q) over that client's own samples. Catches a
+    flipped orientation, a misaligned client or sample order, or a surrogate computed against
+    the wrong labels."""
+    method, state = make_method(fed)
+    clients = method.ctx.clients
+    aug, gen = method.augmenter(), torch.Generator().manual_seed(0)
+    x01 = torch.cat([c.x01() for c in clients])
+    y_true = torch.as_tensor(np.concatenate([fed.truth.y_true[np.asarray(i)] for i in fed.client_indices]))
+    model = method.model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(20):
+        for idx in torch.randperm(len(y_true), generator=gen).split(32):
+            x = clients[0].store.normalize(aug.weak(x01[idx], gen))
+            loss = torch.nn.functional.cross_entropy(model(x), y_true[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    oracle = state.replace(params={k: v.detach().clone() for k, v in model.state_dict().items()})
+    cids = list(range(len(clients)))
+    answers = [method.client_probe(task_for(method, oracle, cid=c, sieve={c: None})) for c in cids]
+    sieve = method.after_probe(oracle, RoundPlan("train", cohort=cids, probe=cids), answers).instructions["sieve"]
+    lbar = np.concatenate([a.uploads["lbar"] for a in answers])
+    q = np.concatenate([np.asarray(sieve[c]["q"]) for c in cids])
+    noisy = np.concatenate([fed.truth.is_noisy_sample[np.asarray(fed.client_indices[c])] for c in cids])
+    # AUC of the surrogate for "noisy": the share of (noisy, clean) pairs ranked correctly.
+    auc = (lbar[noisy][:, None] > lbar[~noisy][None, :]).mean()
+    assert auc > 0.85
+    flagged = q < 0.5  # the flagged samples are the high-surrogate end of the pool
+    assert flagged.any() and not flagged.all()
+    assert lbar[flagged].min() > lbar[~flagged].max()
+    for c in cids:
+        assert len(sieve[c]["q"]) == clients[c].n
+        assert sieve[c]["rate"] == pytest.approx(float(np.mean(1.0 - np.asarray(sieve[c]["q"]))))
