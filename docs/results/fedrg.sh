@@ -8,7 +8,7 @@ OUT=${1:-runs/fedrg}; shift || true
 PY=${PY:-.venv/bin/python}
 SEEDS=${SEEDS:-"0 1 2"}
 SCENARIOS=${SCENARIOS:-"sym_localized sym_globalized pair_localized pair_globalized"}
-VARIANTS=${*:-"fedavg sce fedrg t_off t_global no_ssl ce t_lr1 no_fallback code_score"}
+VARIANTS=${*:-"fedavg sce fedrg t_off t_global no_ssl ce code_score slow_t fallback"}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 variant_args() {
@@ -21,8 +21,8 @@ variant_args() {
     t_global) echo "-s method.params.absorption=global" ;;
     ce) echo "-s method.params.loss=ce" ;;
     code_score) echo "-s method.params.score=code" ;;
-    t_lr1) echo "-s method.params.t_lr_scale=1.0" ;;
-    no_fallback) echo "-s method.params.b_fallback=false" ;;
+    slow_t) echo "-s method.params.t_lr_scale=0.01" ;;
+    fallback) echo "-s method.params.b_fallback=true" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
@@ -35,9 +35,10 @@ for sc in $SCENARIOS; do
     data=$OUT/$sc/data-s$s
     [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "$cfg" --out "$data" -s seed=$s > /dev/null
     for v in $VARIANTS; do
+      args=$(variant_args "$v") || exit 2
       run=$OUT/$sc/$v/s$s
       [ -f "$run/metrics.json" ] && continue
-      echo "nice -n 10 $PY -m fedcore run $cfg --data $data --out $run -s seed=$s $(variant_args "$v") --no-progress > /dev/null 2>&1 || echo FAILED $run" >> "$jobs_file"
+      echo "nice -n 10 $PY -m fedcore run $cfg --data $data --out $run -s seed=$s $args --no-progress > /dev/null 2>&1 || echo FAILED $run" >> "$jobs_file"
     done
   done
 done
@@ -45,29 +46,89 @@ xargs -P "${PARALLEL:-2}" -I{} bash -c {} < "$jobs_file"
 rm -f "$jobs_file"
 fi
 
-# Table: acc = mean of the last 10 evaluations; detection F1 = last round and mean over train
-# rounds, geometry detector vs small-loss detector on the same (received global) model.
+# Tables (markdown): accuracy = mean of the last 10 evaluations (mean ± std over seeds);
+# detection F1 at the last round and averaged over train rounds, geometry detector vs the
+# small-loss detector on the same (received global) model; mean diag(T) at the last round.
 $PY - "$OUT" <<'PYEOF'
 import csv, json, sys
 from pathlib import Path
 import numpy as np
 out = Path(sys.argv[1])
-def row_stats(run):
+SC = ["sym_localized", "sym_globalized", "pair_localized", "pair_globalized"]
+SC = [s for s in SC if (out / s).is_dir()]
+ORDER = ["fedavg", "sce", "fedrg", "no_ssl", "t_off", "t_global", "ce", "code_score", "slow_t", "fallback"]
+
+def stats(run):
     summ = json.loads((run / "metrics.json").read_text())["summary"]
     hist = [r for r in csv.DictReader(open(run / "history.csv")) if r["stage"] == "train"]
     for key in ("detect/sample_f1", "detect/small_loss/sample_f1"):
         vals = [float(r[key]) for r in hist if r.get(key)]
         summ["mean/" + key] = float(np.mean(vals)) if vals else None
     return summ
-for sc in sorted(p.name for p in out.iterdir() if p.is_dir()):
-    print(f"\n{sc}")
-    for v in sorted(p.name for p in (out / sc).iterdir() if p.is_dir() and not p.name.startswith("data")):
-        runs = [row_stats(m.parent) for m in sorted((out / sc / v).glob("s*/metrics.json"))]
-        def ms(key, scale=100.0):
-            vals = [r[key] * scale for r in runs if r.get(key) is not None]
-            return f"{np.mean(vals):5.1f} ± {np.std(vals):4.1f}" if vals else "      -     "
-        print(f"  {v:10s} n={len(runs)} acc10 {ms('final/acc_last10')} final {ms('final/acc')}"
-              f" | F1 last geo {ms('last/detect/sample_f1')} sl {ms('last/detect/small_loss/sample_f1')}"
-              f" | F1 mean geo {ms('mean/detect/sample_f1')} sl {ms('mean/detect/small_loss/sample_f1')}"
-              f" | diagT {ms('last/absorption/diag_mean', 1.0)}")
+
+runs = {(sc, v): [stats(m.parent) for m in sorted((out / sc / v).glob("s*/metrics.json"))]
+        for sc in SC for v in ORDER if (out / sc / v).is_dir()}
+variants = [v for v in ORDER if any((sc, v) in runs for sc in SC)]
+
+def cell(sc, v, key, scale=100.0, fmt="{:.1f} ± {:.1f}"):
+    vals = [r[key] * scale for r in runs.get((sc, v), []) if r.get(key) is not None]
+    return fmt.format(np.mean(vals), np.std(vals)) + ("" if len(vals) == 3 else f" (n={len(vals)})") if vals else "-"
+
+def table(title, rows):
+    print(f"\n{title}\n\n| | " + " | ".join(SC) + " |\n|---|" + "---|" * len(SC))
+    for name, fn in rows:
+        print(f"| {name} | " + " | ".join(fn(sc) for sc in SC) + " |")
+
+table("Test accuracy, mean of the last 10 rounds (%)",
+      [(v, lambda sc, v=v: cell(sc, v, "final/acc_last10")) for v in variants])
+table("Test accuracy, final round (%)", [(v, lambda sc, v=v: cell(sc, v, "final/acc")) for v in variants])
+det = [v for v in variants if v not in ("fedavg", "sce")]
+rows = []
+for v in det:
+    rows += [(f"{v}: geometry, last", lambda sc, v=v: cell(sc, v, "last/detect/sample_f1")),
+             (f"{v}: small-loss, last", lambda sc, v=v: cell(sc, v, "last/detect/small_loss/sample_f1")),
+             (f"{v}: geometry, mean over rounds", lambda sc, v=v: cell(sc, v, "mean/detect/sample_f1")),
+             (f"{v}: small-loss, mean over rounds", lambda sc, v=v: cell(sc, v, "mean/detect/small_loss/sample_f1"))]
+table("Sample detection F1 (%), mean over clients", rows)
+table("Geometry detector precision / recall at the last round (%)",
+      [(v, lambda sc, v=v: cell(sc, v, "last/detect/sample_precision", fmt="{:.0f}") + " / "
+        + cell(sc, v, "last/detect/sample_recall", fmt="{:.0f}")) for v in det])
+table("Memorization: share of noisy training samples the global model predicts with their noisy label, "
+      "last round (%)", [(v, lambda sc, v=v: cell(sc, v, "last/train/memorization")) for v in variants])
+table("Mean diag(T) at the last round", [(v, lambda sc, v=v: cell(sc, v, "last/absorption/diag_mean", 1.0,
+                                                                 "{:.2f} ± {:.2f}")) for v in det])
+PYEOF
+
+# Analysis (reads the noise scene's ground truth, like the scorer): how many noisy samples sit in
+# a (client, label) group where noisy samples outnumber clean ones, and the geometry detector's
+# last-round recall / false-positive rate split by that group type (from the train checkpoints).
+$PY - "$OUT" <<'PYEOF'
+import sys
+from pathlib import Path
+import numpy as np
+from fedcore.data.federated import FederatedDataset
+from fedcore.engine.checkpoint import load_checkpoint
+out = Path(sys.argv[1])
+print("\n| scenario | noisy samples in noise-majority groups | recall (minority / majority groups) "
+      "| false-positive rate (minority / majority groups) |\n|---|---|---|---|")
+for sc in ["sym_localized", "sym_globalized", "pair_localized", "pair_globalized"]:
+    n = {k: np.zeros(2) for k in ("min", "maj", "fp_min", "fp_maj")}
+    for data in sorted((out / sc).glob("data-s*")):
+        ck_path = out / sc / "fedrg" / data.name.replace("data-", "") / "checkpoints" / "stage-train.pt"
+        if not ck_path.exists():
+            continue
+        fed, ck = FederatedDataset.load(data), load_checkpoint(ck_path)
+        y, noisy = fed.y_train.numpy(), fed.truth.is_noisy_sample
+        for cid, idx in enumerate(fed.client_indices):
+            flag, yl, nl = ~ck["clients"][cid]["clean"], y[idx], noisy[idx]
+            for c in np.unique(yl):
+                g = yl == c
+                kind = "maj" if nl[g].sum() > (~nl[g]).sum() else "min"
+                n[kind] += [(flag & g & nl).sum(), (g & nl).sum()]
+                n["fp_" + kind] += [(flag & g & ~nl).sum(), (g & ~nl).sum()]
+    if n["min"][1] + n["maj"][1] == 0:
+        continue
+    r = {k: v[0] / max(v[1], 1) for k, v in n.items()}
+    share = n["maj"][1] / (n["min"][1] + n["maj"][1])
+    print(f"| {sc} | {share:.0%} | {r['min']:.0%} / {r['maj']:.0%} | {r['fp_min']:.0%} / {r['fp_maj']:.0%} |")
 PYEOF

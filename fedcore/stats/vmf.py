@@ -190,7 +190,8 @@ def class_geometry(gamma: np.ndarray, labels: np.ndarray, weight: np.ndarray, nu
 def label_fallback(labels: np.ndarray, clean: np.ndarray) -> np.ndarray:
     """B weights (n,): the clean mask, except that a label none of whose samples is clean
     counts all of them. Without this a label judged all-noisy once gets a uniform B row,
-    scores 1/G for every sample and stays all-noisy for good."""
+    scores 1/G for every sample and stays all-noisy for good (right for a label that is all
+    noise, e.g. a class the client does not hold under globalized noise; wrong otherwise)."""
     labels, w = np.asarray(labels, int), np.asarray(clean, bool).astype(float)
     dead = np.setdiff1d(np.unique(labels), np.unique(labels[w > 0]))
     w[np.isin(labels, dead)] = 1.0

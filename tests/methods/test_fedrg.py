@@ -116,11 +116,11 @@ def test_loss_composition_by_switch(fed):
 
 
 def test_T_has_its_own_group_without_weight_decay(fed):
-    method, state = make_method(fed)
+    method, state = make_method(fed, t_lr_scale=0.1)
     opt = method.local_optimizer(task_for(method, state))
     t_group = [g for g in opt.param_groups if any(p is method.model.absorption.T for p in g["params"])]
     assert len(t_group) == 1 and t_group[0]["weight_decay"] == 0.0
-    assert t_group[0]["lr"] == pytest.approx(0.01 * 0.05)  # t_lr_scale x train.lr
+    assert t_group[0]["lr"] == pytest.approx(0.1 * 0.05)  # t_lr_scale x train.lr
     assert all(g["weight_decay"] == 5e-4 for g in opt.param_groups if g is not t_group[0])
     off, off_state = make_method(fed, absorption="off")
     opt = off.local_optimizer(task_for(off, off_state))
