@@ -1,6 +1,9 @@
 """Tables for docs/results/fedgr.md from the run dirs written by docs/results/fedgr.sh.
 
 Usage: .venv/bin/python docs/results/fedgr_table.py runs/fedgr [variant ...]
+       .venv/bin/python docs/results/fedgr_table.py --sens runs/fedgr-sens runs/fedgr
+(--sens: one row per sensitivity variant and preset, with the per-seed accuracies and the
+main table's FedAvg and FedGR on the same seeds for reference.)
 Accuracy: last-10 test accuracy, mean ± std (population) over seeds. Rate Pearson / MAE: the
 last round's value and the mean over all post-warm-up rounds (FedGR only estimates after
 warm-up). Sample F1, mask rate and memorization: last round. All from history.csv.
@@ -78,7 +81,43 @@ def commands(names: list[str]) -> list[str]:
     return lines
 
 
+HELD_OUT = (3, 4, 5)
+
+
+def sens_table(root: Path, main_root: Path) -> list[str]:
+    """One row per (preset, variant, seed group): development seeds 0-2 and held-out seeds 3-5
+    in separate rows. FedAvg / FedGR references come from main_root, else from root."""
+    lines = ["| preset | variant | seeds | acc last-10 per seed (%) | mean ± std | FedAvg same seeds "
+             "| FedGR (spec) same seeds | r_k Pearson last |", "|---|---|---|---|---|---|---|---|"]
+
+    def ref(preset: str, name: str, seeds: list[int]) -> str:
+        got = []
+        for s in seeds:
+            for base in (main_root, root):
+                if (base / preset / name / f"s{s}" / "metrics.json").is_file():
+                    got.append(load(base / preset / name / f"s{s}")["acc"])
+                    break
+        return fmt(got) if len(got) == len(seeds) else "-"
+
+    for preset in PRESETS:
+        for var in sorted(p.name for p in (root / preset).iterdir() if p.is_dir() and not p.name.startswith("data")):
+            found = sorted(int(p.name[1:]) for p in (root / preset / var).glob("s*") if (p / "metrics.json").is_file())
+            for seeds in ([s for s in found if s not in HELD_OUT], [s for s in found if s in HELD_OUT]):
+                if not seeds:
+                    continue
+                runs = [load(root / preset / var / f"s{s}") for s in seeds]
+                per = " / ".join(f"{r['acc'] * 100:.1f}" for r in runs)
+                short = preset.removeprefix("fedgr_digits_noniid_")
+                lines.append(f"| {short} | {var} | {','.join(map(str, seeds))} | {per} "
+                             f"| {fmt([r['acc'] for r in runs])} | {ref(preset, 'fedavg', seeds)} "
+                             f"| {ref(preset, 'fedgr', seeds)} | {fmt([r['pearson'] for r in runs], 1, 2)} |")
+    return lines
+
+
 def main(argv: list[str]) -> None:
+    if argv and argv[0] == "--sens":
+        print("\n".join(sens_table(Path(argv[1]), Path(argv[2] if len(argv) > 2 else "runs/fedgr"))))
+        return
     root = Path(argv[0])
     names = ORDER + argv[1:]
     for preset in PRESETS:
