@@ -20,7 +20,8 @@ Choices (all params): t_obs=5; r_k = mean(1 - q) ('mean') or share of q < 0.5
 ('threshold'); refit every round; beta=0.4; tau_conf=0.95; gamma_g=0.5; gamma_l=0.99;
 tau=1; lambda_B=1; lambda_R=0.1; strong view = FixMatch RandAugment (2 ops, magnitude
 1.0, cutout 0.5) -- magnitude and cutout are params because 8x8 digits are small;
-warmup_rounds (alpha) defaults to train.warmup_rounds. Variants, off by default:
+warmup_rounds (alpha) defaults to train.warmup_rounds, or to 5 when the config has no
+warm-up (sieving a random initialization is meaningless). Variants, off by default:
 clean_keep_label keeps the given label of q >= 0.5 samples in the r_k >= beta tier too;
 soft_pseudo uses the global model's whole weak-view softmax as y_pse instead of its argmax
 (the paper writes y_pse into a soft mixture but does not say which); tau_conf=0 uses every
@@ -77,13 +78,16 @@ from fedcore.train.params import get_params, load_params_
 from fedcore.train.refine import masked_soft_ce, pseudo_labels, refine_targets, select_targets
 
 _GMM_SALT = 0xF6C2
+_DEFAULT_ALPHA = 5  # warm-up when neither the method nor the config sets one
 
 
 class FedGRParams(MethodParams):
     t_obs: int = Field(5, ge=1, description="loss observations kept per sample (choice)")
     rate_estimator: Literal["mean", "threshold"] = Field("mean", description="r_k = mean(1-q) or share q<0.5")
     refit_every_round: bool = Field(True, description="refit the GMM every round; False: fit once after warm-up")
-    warmup_rounds: int | None = Field(None, ge=0, description="alpha; default: train.warmup_rounds")
+    warmup_rounds: int | None = Field(
+        None, ge=0, description="alpha; default: train.warmup_rounds, or 5 when that is 0"
+    )
     beta: float = Field(0.4, ge=0.0, le=1.0, description="r_k >= beta: train on pseudo-labels only")
     tau_conf: float = Field(0.95, ge=0.0, le=1.0, description="pseudo-label confidence threshold")
     soft_pseudo: bool = Field(False, description="variant: y_pse is the global softmax, not its argmax")
@@ -119,7 +123,9 @@ class FedGR(StagedMethod):
     @property
     def alpha(self) -> int:
         p = self.params.warmup_rounds
-        return self.cfg.train.warmup_rounds if p is None else p
+        if p is not None:
+            return p
+        return self.cfg.train.warmup_rounds or _DEFAULT_ALPHA
 
     def augmenter(self):
         if getattr(self, "_fedgr_aug", None) is None:
