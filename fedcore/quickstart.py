@@ -13,8 +13,9 @@ from rich.console import Console
 
 from fedcore.errors import ConfigError
 
-# Methods that finish on 2 CPU cores within the quickstart's few minutes.
-QUICKSTART_METHODS = ("fedavg", "fedprox", "symmetric_ce", "coteaching")
+# Every single-label method: each takes 5-15 s of one core on the quickstart budget.
+# (fedharmony is multi-label and has its own digits_mosaic preset.)
+QUICKSTART_METHODS = ("fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedsir", "fedrg", "fedgr")
 CLEAN = ["noise.type=none"]
 
 
