@@ -23,6 +23,23 @@ TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 NOISE_SHORT = {"symmetric": "sym", "pairflip": "pair", "asymmetric": "asym"}
 
 
+class RunStack:
+    """The open runs of a tracker, innermost last; shared by every backend."""
+
+    def __init__(self) -> None:
+        self._stack: list[str] = []
+
+    @property
+    def run_id(self) -> str | None:
+        """Id of the open run on top of the stack, or None."""
+        return self._stack[-1] if self._stack else None
+
+    def _active(self) -> str:
+        if not self._stack:
+            raise RuntimeError("no run is open: call start() first")
+        return self._stack[-1]
+
+
 @runtime_checkable
 class Tracker(Protocol):
     """Where a run's params, per-round metrics and artifacts go.

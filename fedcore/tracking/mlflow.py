@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedcore.errors import TrackingError
-from fedcore.tracking.base import check_metrics, check_status, check_str_map
+from fedcore.tracking.base import RunStack, check_metrics, check_status, check_str_map
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class MlflowTracker:
+class MlflowTracker(RunStack):
     """Tracker over an MLflow store: a server (http/https), a database, or the embedded sqlite file.
 
     uri None means MLFLOW_TRACKING_URI or, failing that, `<base_dir>/mlruns/mlflow.db` with
@@ -103,7 +103,7 @@ class MlflowTracker:
     ) -> None:
         self.uri, default_artifacts = resolve_uri(uri, base_dir)
         self.artifact_root = artifact_location or default_artifacts
-        self._stack: list[str] = []
+        super().__init__()
         self._params: dict[str, dict[str, str]] = {}
         with _env(CONNECT_ENV):
             try:
@@ -154,16 +154,6 @@ class MlflowTracker:
             raise TrackingError(f"MLflow {what} failed on {self.uri}: {_one_line(exc)}") from None
 
     # -- lifecycle -----------------------------------------------------------------------
-
-    @property
-    def run_id(self) -> str | None:
-        """Id of the open run on top of the stack, or None."""
-        return self._stack[-1] if self._stack else None
-
-    def _active(self) -> str:
-        if not self._stack:
-            raise RuntimeError("no run is open: call start() first")
-        return self._stack[-1]
 
     def start(
         self,

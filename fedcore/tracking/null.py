@@ -10,26 +10,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedcore.tracking.base import check_metrics, check_status, check_str_map
+from fedcore.tracking.base import RunStack, check_metrics, check_status, check_str_map
 
 NULL_RUN_ID = "null"
 
 
-class NullTracker:
+class NullTracker(RunStack):
     """Does nothing; `start` returns NULL_RUN_ID (or the id being resumed)."""
 
     def __init__(self) -> None:
-        self._stack: list[str] = []
+        super().__init__()
         self._params: dict[str, dict[str, str]] = {}
-
-    @property
-    def run_id(self) -> str | None:
-        return self._stack[-1] if self._stack else None
-
-    def _active(self) -> str:
-        if not self._stack:
-            raise RuntimeError("no run is open: call start() first")
-        return self._stack[-1]
 
     def start(
         self,
