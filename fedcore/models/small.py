@@ -19,7 +19,20 @@ from fedcore.config import ModelConfig
 from fedcore.models.base import FedModel, model_params, norm_layer, register_model
 
 
-class MLP(FedModel):
+class _BackboneClassifier(FedModel):
+    """features = self.backbone, head = self.classifier (a linear layer)."""
+
+    backbone: nn.Module
+    classifier: nn.Linear
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.backbone(x)
+
+    def head(self, z: torch.Tensor) -> torch.Tensor:
+        return self.classifier(z)
+
+
+class MLP(_BackboneClassifier):
     """flatten -> width -> width (ReLU) = features; linear head."""
 
     def __init__(self, in_shape: tuple[int, int, int], width: int, num_classes: int) -> None:
@@ -34,12 +47,6 @@ class MLP(FedModel):
         self.classifier = nn.Linear(width, num_classes)
         self.feature_dim = width
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.backbone(x)
-
-    def head(self, z: torch.Tensor) -> torch.Tensor:
-        return self.classifier(z)
-
 
 def _conv_block(c_in: int, c_out: int, norm: nn.Module) -> nn.Sequential:
     # Bias is redundant in front of a normalization layer, needed without one.
@@ -47,7 +54,7 @@ def _conv_block(c_in: int, c_out: int, norm: nn.Module) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=bias), norm, nn.ReLU(inplace=True))
 
 
-class SmallCNN(FedModel):
+class SmallCNN(_BackboneClassifier):
     """Three 3x3 conv blocks (width/4, width/2, width channels), up to two 2x max-pools,
     adaptive 2x2 average pool, then a width-d ReLU layer = features; linear head.
 
@@ -70,12 +77,6 @@ class SmallCNN(FedModel):
         self.backbone = nn.Sequential(*layers)
         self.classifier = nn.Linear(width, num_classes)
         self.feature_dim = width
-
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        return self.backbone(x)
-
-    def head(self, z: torch.Tensor) -> torch.Tensor:
-        return self.classifier(z)
 
 
 @register_model("mlp")
