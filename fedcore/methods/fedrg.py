@@ -30,6 +30,8 @@ docs/results/fedrg.md: `t_lr_scale` (T's rate relative to the network's; at the 
 rate T collapses within a round to near-identical rows, mean diag ~0.2-0.3) and `b_fallback`
 (a label none of whose samples was judged clean feeds B from all its samples, instead of
 decaying to a uniform row).
+The upper kappa clamp is a param too (`kappa_max`, spec 100): on 128-d digits features every
+component sits at it, and raising it made detection worse (docs/results/fedrg.md).
 Choices: z for the mixture is the un-augmented input's normalized encoder output; the two
 views for tempering are SimCLR views; B is refreshed *before* scoring from the samples the
 previous round judged clean (all samples on a client's first train round), so the first
@@ -80,6 +82,7 @@ class FedRGParams(MethodParams):
     em_iters: int = Field(3, ge=1, description="EM steps per round")
     mix_momentum: float = Field(1.0, gt=0.0, le=1.0, description="1 = M-step replaces; < 1 = EMA")
     kappa0: float = Field(5.0, gt=0.0)
+    kappa_max: float = Field(100.0, gt=0.5, description="upper clamp of the Banerjee kappa (spec: 100)")
     pi0: float = Field(0.05, gt=0.0, lt=1.0)
     prior: float = Field(5.0, ge=0.0, description="Dirichlet pseudo-counts on the mixing weights")
     t_floor: float = Field(1e-6, gt=0.0, lt=1.0)
@@ -154,7 +157,7 @@ def detect(method: FedRG, task) -> dict[str, Any]:
     z, z1, z2, logits = embed(method, task)
     st, g = task.state, p.components or c
     mix = vmf.VMFMixture(**st["mix"]) if "mix" in st else vmf.init_mixture(z, g, task.rng, p.kappa0, p.pi0)
-    mix = vmf.fit(z, mix, p.em_iters, p.mix_momentum, p.normalizer, prior=p.prior)
+    mix = vmf.fit(z, mix, p.em_iters, p.mix_momentum, p.normalizer, prior=p.prior, kappa_clamp=(0.5, p.kappa_max))
     kappa_aug = vmf.aug_concentration(z1, z2)
     median = vmf.ema_median(st.get("median"), kappa_aug, p.median_momentum)
     resp = vmf.responsibilities(z, mix, vmf.temper_factor(kappa_aug, median), p.normalizer)

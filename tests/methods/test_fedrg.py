@@ -192,3 +192,15 @@ def test_yaml_on_off_booleans_are_accepted_for_absorption():
     assert FedRGParams(absorption=True).absorption == "on"
     with pytest.raises(ValueError):
         FedRGParams(absorption="sometimes")
+
+
+@pytest.mark.parametrize("kappa_max", [3.0, 100.0])
+def test_kappa_clamp_reaches_the_mixture(fed, kappa_max):
+    from fedcore.methods.fedrg import detect
+
+    method, state = make_method(fed, kappa_max=kappa_max)
+    out = detect(method, task_for(method, state))
+    kappa = out["state"]["mix"]["kappa"]
+    assert kappa.shape == (10,) and float(kappa.max()) <= kappa_max and float(kappa.min()) >= 0.5
+    if kappa_max == 3.0:  # 32-d MLP features concentrate well past 3, so the clamp binds
+        assert np.allclose(kappa, 3.0)

@@ -1,0 +1,78 @@
+"""Why FedRG's geometry detector over-flags: record what each client's split sees, score it offline.
+
+Usage: .venv/bin/python docs/results/fedrg_diagnose.py CONFIG DATA_DIR OUT_DIR [--set k=v ...]
+Runs FedRG as `fedcore run` would, recording every call of the per-client noise split
+(geometry: 1 - P_clean; small-loss: CE of the received model) with the client's sample
+indices. After the run it prints, per train round (every 5th and the last): the ranking
+quality of each score against the true noise flags (ROC AUC), the share the GMM split
+flags, its F1, and the best F1 any threshold on that score could reach. Reads ground truth
+after the run, so it lives here and not in the library.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import f1_score, precision_recall_curve, roc_auc_score
+
+import fedcore.methods.fedrg as fedrg_mod
+from fedcore.config import load_config
+from fedcore.data.federated import FederatedDataset
+from fedcore.run import run_experiment
+
+CALLS: list[tuple[int, str, np.ndarray, np.ndarray, np.ndarray]] = []  # (round, kind, idx, score, flagged)
+
+
+def _recording_detect(orig):
+    def detect(method, task):
+        split = fedrg_mod.vmf.split_noisy
+        kinds = iter(("geometry", "small_loss"))
+        idx = task.data.indices.cpu().numpy()
+
+        def record(score, seed):
+            flagged = split(score, seed)
+            CALLS.append((task.rnd, next(kinds), idx, np.asarray(score, float), flagged))
+            return flagged
+
+        fedrg_mod.vmf.split_noisy = record
+        try:
+            return orig(method, task)
+        finally:
+            fedrg_mod.vmf.split_noisy = split
+    return detect
+
+
+def best_f1(noisy: np.ndarray, score: np.ndarray) -> float:
+    p, r, _ = precision_recall_curve(noisy, score)
+    return float(np.max(2 * p * r / np.maximum(p + r, 1e-12)))
+
+
+def main(cfg_path: str, data: str, out: str, overrides: list[str]) -> None:
+    cfg = load_config(cfg_path, overrides)
+    fedrg_mod.detect = _recording_detect(fedrg_mod.detect)
+    run_experiment(cfg, out, data=data)
+    truth = FederatedDataset.load(data).truth.is_noisy_sample
+    by_round: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for rnd, kind, idx, score, flagged in CALLS:
+        by_round[rnd][kind].append((truth[idx], score, flagged))
+    rounds = sorted(by_round)
+    print("| round | detector | AUC (mean over clients) | flagged | F1 of the GMM split | best-threshold F1 |")
+    print("|---|---|---|---|---|---|")
+    for rnd in [r for i, r in enumerate(rounds) if i % 5 == 0 or r == rounds[-1]]:
+        for kind in ("geometry", "small_loss"):
+            rows = by_round[rnd][kind]
+            auc = [roc_auc_score(t, s) for t, s, _ in rows if 0 < t.mean() < 1]
+            f1 = [f1_score(t, f, zero_division=0) for t, _, f in rows]
+            best = [best_f1(t, s) for t, s, _ in rows if t.any()]
+            flagged = np.mean([f.mean() for _, _, f in rows])
+            print(f"| {rnd} | {kind} | {np.mean(auc):.3f} | {flagged:.2f} | {np.mean(f1):.3f} | {np.mean(best):.3f} |")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    sets = [a for i, a in enumerate(args) if i > 0 and args[i - 1] == "--set"]
+    pos = [a for i, a in enumerate(args) if a != "--set" and (i == 0 or args[i - 1] != "--set")]
+    main(pos[0], pos[1], pos[2], sets)
