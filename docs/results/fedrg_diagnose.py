@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import f1_score, precision_recall_curve, roc_auc_score
