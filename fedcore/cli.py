@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from fedcore.console import make_console
 from fedcore.errors import UserError
 
 app = typer.Typer(
@@ -29,8 +29,8 @@ data_app = typer.Typer(help="Prepare federated, noisy datasets.", no_args_is_hel
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
 
 ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml")]
 SetOpt = Annotated[

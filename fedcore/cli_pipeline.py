@@ -10,10 +10,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from fedcore.console import make_console
 from fedcore.errors import UserError
 
 app = typer.Typer(help="Compile, run locally, submit and schedule the Kubeflow pipelines.", no_args_is_help=True)
-console = Console()
+console = make_console()
 
 NameArg = Annotated[str, typer.Argument(help="pipeline: experiment, sweep or retrain")]
 ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml")]
