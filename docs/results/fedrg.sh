@@ -8,7 +8,7 @@ OUT=${1:-runs/fedrg}; shift || true
 PY=${PY:-.venv/bin/python}
 SEEDS=${SEEDS:-"0 1 2"}
 SCENARIOS=${SCENARIOS:-"sym_localized sym_globalized pair_localized pair_globalized"}
-VARIANTS=${*:-"fedavg sce fedrg t_off t_global no_ssl ce code_score slow_t fallback"}
+VARIANTS=${*:-"fedavg sce fedrg t_off t_global no_ssl ce code_score slow_t t_lr_code fallback"}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 variant_args() {
@@ -22,6 +22,7 @@ variant_args() {
     ce) echo "-s method.params.loss=ce" ;;
     code_score) echo "-s method.params.score=code" ;;
     slow_t) echo "-s method.params.t_lr_scale=0.01" ;;
+    t_lr_code) echo "-s method.params.t_lr_scale=0.2" ;;  # T at lr 0.01, the public code's fine-tune rate
     fallback) echo "-s method.params.b_fallback=true" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
@@ -56,7 +57,8 @@ import numpy as np
 out = Path(sys.argv[1])
 SC = ["sym_localized", "sym_globalized", "pair_localized", "pair_globalized"]
 SC = [s for s in SC if (out / s).is_dir()]
-ORDER = ["fedavg", "sce", "fedrg", "no_ssl", "t_off", "t_global", "ce", "code_score", "slow_t", "fallback"]
+ORDER = ["fedavg", "sce", "fedrg", "no_ssl", "t_off", "t_global", "ce", "code_score", "slow_t", "t_lr_code",
+         "fallback"]
 
 def stats(run):
     summ = json.loads((run / "metrics.json").read_text())["summary"]
