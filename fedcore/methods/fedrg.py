@@ -55,6 +55,7 @@ from fedcore.engine.types import Estimates, RoundMetrics, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
 from fedcore.methods.registry import MethodParams, register
+from fedcore.models.base import seeded_init
 from fedcore.stats import vmf
 from fedcore.train import losses
 from fedcore.train.local import make_optimizer
@@ -116,8 +117,7 @@ class FedRGNet(nn.Module):
         super().__init__()
         d = net.feature_dim
         self.net, self.feature_dim = net, d
-        with torch.random.fork_rng(devices=[]):  # init is a pure function of the seed
-            torch.manual_seed(seed)
+        with seeded_init(seed):
             self.projector = nn.Sequential(nn.Linear(d, d), nn.ReLU(inplace=True), nn.Linear(d, proj_dim))
         self.absorption = Absorption(num_classes)
 

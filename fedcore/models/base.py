@@ -7,7 +7,8 @@ geometry read the features, while the losses read the logits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -66,6 +67,19 @@ def available_models() -> list[str]:
     return sorted(_REGISTRY)
 
 
+@contextlib.contextmanager
+def seeded_init(seed: int) -> Iterator[None]:
+    """Layers built inside draw their initial weights from `seed` alone.
+
+    torch.nn layers and torchvision models initialize from the global RNG and accept no
+    generator, so the one way to make init a pure function of the seed is to seed that RNG.
+    Forking it first leaves the caller's stream exactly as it was on exit.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 def build_model(
     cfg: ModelConfig, in_shape: tuple[int, int, int], num_classes: int, seed: int = 0
 ) -> FedModel:
@@ -78,10 +92,7 @@ def build_model(
         raise ConfigError(f"unknown model '{cfg.name}'; choose one of: {', '.join(sorted(_REGISTRY))}")
     if len(in_shape) != 3 or num_classes < 1:
         raise ValueError(f"in_shape must be (C, H, W) and num_classes >= 1, got {in_shape}, {num_classes}")
-    # Torchvision initializes from the global RNG; forking it keeps the caller's stream
-    # untouched while making the init a pure function of `seed`.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_init(seed):
         model = _REGISTRY[cfg.name](cfg, tuple(in_shape), num_classes)
     model.model_name = cfg.name
     if cfg.weights:

@@ -221,3 +221,19 @@ def test_resolve_device(monkeypatch: pytest.MonkeyPatch):
     assert resolve_device("cuda:0") == torch.device("cuda", 0)
     with pytest.raises(ConfigError, match="does not exist"):
         resolve_device("cuda:1")
+
+
+def test_seeded_init_is_a_pure_function_of_the_seed_and_leaves_the_global_rng_alone():
+    from torch import nn
+
+    from fedcore.models.base import seeded_init
+
+    before = torch.random.get_rng_state()
+    with seeded_init(3):
+        a = nn.Linear(4, 4).weight.detach().clone()
+    with seeded_init(3):
+        b = nn.Linear(4, 4).weight.detach().clone()
+    with seeded_init(4):
+        c = nn.Linear(4, 4).weight.detach().clone()
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.equal(torch.random.get_rng_state(), before)
