@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 import torch
 
 # Tests run tiny models: intra-op threads only add contention on small CI machines.
@@ -14,3 +15,11 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.mlflow_server",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Every test starts on one intra-op thread, whatever an earlier test (e.g. a run with
+    train.threads) left behind."""
+    torch.set_num_threads(1)
+    yield

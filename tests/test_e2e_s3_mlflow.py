@@ -9,7 +9,6 @@ must see one point per round for every per-round metric, and boto3 the artifacts
 from __future__ import annotations
 
 import pytest
-import torch
 from mlflow import MlflowClient
 
 from fedcore import storage
@@ -23,15 +22,6 @@ from tests.components.test_components import tiny_config
 
 WARMUP, TRAIN = 2, 2
 PER_ROUND = ("test/acc", "test/loss", "train/loss")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: intra-op threads only add spin-waits on the shared CI cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class TwoStage(StagedMethod):

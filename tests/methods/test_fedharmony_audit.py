@@ -21,7 +21,6 @@ def _grads(method, batch, task, extras):
 
 
 def test_alignment_gradient_flows_through_the_batch_correlation(fed):  # noqa: F811
-    torch.set_num_threads(1)
     method, state = make_method(fed, blocks=False)
     plain_task = _task(method, state)
     batch = _batch(plain_task)
@@ -33,7 +32,6 @@ def test_alignment_gradient_flows_through_the_batch_correlation(fed):  # noqa: F
 
 
 def test_uploaded_correlation_is_phi_of_sigmoid_scores_on_all_local_data(fed):  # noqa: F811
-    torch.set_num_threads(1)
     method, state = make_method(fed)
     up = method.client_update(_task(method, state))
     probs = torch.sigmoid(predict_client(method.model, method.ctx.clients[0]))

@@ -8,7 +8,6 @@ import math
 from types import SimpleNamespace
 
 import pytest
-import torch
 from rich.console import Console
 
 from fedcore import compare_mlflow, plots
@@ -101,7 +100,6 @@ class _Registry:
 
 
 def test_retrain_scores_multilabel_champions_on_map():
-    torch.set_num_threads(1)
     cfg = config_from_dict(MOSAIC_CFG)
     fed = build_federated_dataset(cfg)
     sd = build_model(cfg.model, (1, 16, 16), fed.num_classes, seed=0).state_dict()

@@ -18,15 +18,6 @@ from fedcore.tracking.callback import TrackingCallback
 from tests.components.test_components import tiny_config
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: intra-op threads only add spin-waits on the shared CI cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_decide_promotes_only_a_strictly_better_candidate():
     assert decide(0.8, None)["promote"]
     assert decide(0.81, 0.80)["promote"]
