@@ -18,12 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-ORDER = ["fedavg", "fedprox", "coteaching", "fedgr", "fedgr-no_fs", "fedgr-no_lr", "fedgr-no_b", "fedgr-no_r"]
+ORDER = ["fedavg", "fedprox", "coteaching", "fedcorr", "fedgr", "fedgr-no_fs", "fedgr-no_lr", "fedgr-no_b", "fedgr-no_r"]
 PRESETS = ["fedgr_digits_noniid_sym", "fedgr_digits_noniid_mixed"]
 COMMAND = {
     "fedavg": "-s method.name=fedavg -s 'method.params={}'",
     "fedprox": "-s method.name=fedprox -s 'method.params={}'",
     "coteaching": "-s method.name=coteaching -s 'method.params={}'",
+    "fedcorr": "-s method.name=fedcorr -s 'method.params={}'",
     "fedgr": "",
     "fedgr-no_fs": "-s method.params.sieving=false",
     "fedgr-no_lr": "-s method.params.refine=false",

@@ -169,3 +169,18 @@ def cosine_repr_reg(
 ) -> torch.Tensor:
     """FedGR representation regularizer: 1 - cos(f_local, f_global) per sample; f_global is frozen."""
     return _reduce(1.0 - F.cosine_similarity(f_local, f_global.detach(), dim=-1), reduction)
+
+
+def mixup_inputs(
+    x: torch.Tensor, y: torch.Tensor, lam: float, perm: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mixup (Zhang et al., ICLR 2018): lam * x + (1 - lam) * x[perm] and the partner labels y[perm]."""
+    return lam * x + (1.0 - lam) * x[perm], y[perm]
+
+
+def mixup_ce(
+    logits: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float, reduction: Reduction = "mean"
+) -> torch.Tensor:
+    """The mixup loss: lam * CE(logits, y_a) + (1 - lam) * CE(logits, y_b)."""
+    per = lam * ce(logits, y_a, reduction="none") + (1.0 - lam) * ce(logits, y_b, reduction="none")
+    return _reduce(per, reduction)
