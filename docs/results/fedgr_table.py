@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-ORDER = ["fedavg", "fedprox", "coteaching", "fedcorr", "fedgr", "fedgr-no_fs", "fedgr-no_lr", "fedgr-no_b", "fedgr-no_r"]
+ORDER = ["fedavg", "fedprox", "coteaching", "fedcorr", "fedgr", "fedgr-no_fs", "fedgr-no_lr", "fedgr-no_b",
+         "fedgr-no_r"]
 PRESETS = ["fedgr_digits_noniid_sym", "fedgr_digits_noniid_mixed"]
 COMMAND = {
     "fedavg": "-s method.name=fedavg -s 'method.params={}'",

@@ -105,6 +105,9 @@ class FedCorr(StagedMethod):
     def init(self, ctx):
         if ctx.task == "multi":
             raise ConfigError("method 'fedcorr' is single-label; use fedavg/fedprox/fedharmony for multi-label")
+        if len(ctx.clients) != self.cfg.partition.num_clients:
+            raise ConfigError(f"fedcorr plans its passes for partition.num_clients={self.cfg.partition.num_clients} "
+                              f"but the data has {len(ctx.clients)} clients; set partition.num_clients to match")
         state = super().init(ctx)
         self.snapshot = self.build_model().to(ctx.device).eval()
         return state
