@@ -15,8 +15,8 @@ from fedcore.errors import ConfigError
 
 # Every single-label method: each takes 5-15 s of one core on the quickstart budget.
 # (fedharmony is multi-label and has its own digits_mosaic preset.)
-QUICKSTART_METHODS = ("fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "fedsir", "fedrg",
-                     "fedgr")
+QUICKSTART_METHODS = ("fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix", "fedsir",
+                     "fedrg", "fedgr")
 CLEAN = ["noise.type=none"]
 
 

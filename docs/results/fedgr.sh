@@ -30,6 +30,7 @@ if [ "$MODE" = main ]; then
     "fedprox|$SYM $MIX|0 1 2|-s method.name=fedprox -s method.params={}"
     "coteaching|$SYM $MIX|0 1 2|-s method.name=coteaching -s method.params={}"
     "fedcorr|$SYM $MIX|0 1 2|-s method.name=fedcorr -s method.params={}"
+    "dividemix|$SYM $MIX|0 1 2|-s method.name=dividemix -s method.params={}"
     "fedgr|$SYM $MIX|0 1 2|"
     "fedgr-no_fs|$SYM $MIX|0 1 2|-s method.params.sieving=false"
     "fedgr-no_lr|$SYM $MIX|0 1 2|-s method.params.refine=false"

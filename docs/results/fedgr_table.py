@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-ORDER = ["fedavg", "fedprox", "coteaching", "fedcorr", "fedgr", "fedgr-no_fs", "fedgr-no_lr", "fedgr-no_b",
+ORDER = ["fedavg", "fedprox", "coteaching", "fedcorr", "dividemix", "fedgr", "fedgr-no_fs", "fedgr-no_lr", "fedgr-no_b",
          "fedgr-no_r"]
 PRESETS = ["fedgr_digits_noniid_sym", "fedgr_digits_noniid_mixed"]
 COMMAND = {
@@ -26,6 +26,7 @@ COMMAND = {
     "fedprox": "-s method.name=fedprox -s 'method.params={}'",
     "coteaching": "-s method.name=coteaching -s 'method.params={}'",
     "fedcorr": "-s method.name=fedcorr -s 'method.params={}'",
+    "dividemix": "-s method.name=dividemix -s 'method.params={}'",
     "fedgr": "",
     "fedgr-no_fs": "-s method.params.sieving=false",
     "fedgr-no_lr": "-s method.params.refine=false",

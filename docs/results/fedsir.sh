@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces docs/results/fedsir.md on the CPU.
-#   docs/results/fedsir.sh runs  [OUT] [JOBS]  FedAvg / FedNoRo / FedCorr / FedSIR + ablations, both digits
+#   docs/results/fedsir.sh runs  [OUT] [JOBS]  FedAvg / FedNoRo / FedCorr / DivideMix / FedSIR + ablations, both digits
 #                                              presets, seeds 0-2 (FedSIR also seeds 3-4)
 #   docs/results/fedsir.sh sweep [OUT] [JOBS]  identification only, under other identify settings
 #   docs/results/fedsir.sh holdout [OUT] [JOBS] identification only, preset settings, fresh seeds 5-9
@@ -17,6 +17,7 @@ declare -A VARIANTS=(
   [fedavg]="-s method.name=fedavg -s method.params={}"
   [fednoro]="-s method.name=fednoro -s method.params={}"
   [fedcorr]="-s method.name=fedcorr -s method.params={}"
+  [dividemix]="-s method.name=dividemix -s method.params={}"
   [fedsir]=""
   [fedsir-no_relabel]="-s method.params.relabel=false"
   [fedsir-no_la]="-s method.params.la=false"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-ORDER = ["fedavg-noisefree", "fedavg", "fednoro", "fedcorr", "fedsir", "fedsir-no_relabel", "fedsir-no_la",
+ORDER = ["fedavg-noisefree", "fedavg", "fednoro", "fedcorr", "dividemix", "fedsir", "fedsir-no_relabel", "fedsir-no_la",
          "fedsir-no_kd", "fedsir-no_daagg", "fedsir-principal_only", "fedsir-residual_only"]
 
 

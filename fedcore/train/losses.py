@@ -171,11 +171,16 @@ def cosine_repr_reg(
     return _reduce(1.0 - F.cosine_similarity(f_local, f_global.detach(), dim=-1), reduction)
 
 
+def mix(v: torch.Tensor, lam: float, perm: torch.Tensor) -> torch.Tensor:
+    """Mixup's convex combination along the batch: lam * v + (1 - lam) * v[perm] (inputs or soft targets)."""
+    return lam * v + (1.0 - lam) * v[perm]
+
+
 def mixup_inputs(
     x: torch.Tensor, y: torch.Tensor, lam: float, perm: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mixup (Zhang et al., ICLR 2018): lam * x + (1 - lam) * x[perm] and the partner labels y[perm]."""
-    return lam * x + (1.0 - lam) * x[perm], y[perm]
+    return mix(x, lam, perm), y[perm]
 
 
 def mixup_ce(
