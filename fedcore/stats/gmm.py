@@ -28,6 +28,7 @@ def clean_posterior(
     covariance_type: str = "full",
     reg_covar: float = 1e-6,
     max_iter: int = 100,
+    tol: float = 1e-3,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Posterior of the lower-mean component for each row, and the two component means.
 
@@ -46,7 +47,7 @@ def clean_posterior(
         return np.ones(len(x)), np.stack([mean, mean])
     gmm = GaussianMixture(
         n_components=2, covariance_type=covariance_type, n_init=n_init, reg_covar=reg_covar,
-        max_iter=max_iter, random_state=seed,
+        max_iter=max_iter, tol=tol, random_state=seed,
     ).fit(x)
     key = gmm.means_.sum(axis=1) if order_dim is None else gmm.means_[:, order_dim]
     clean = int(np.argmin(key))
