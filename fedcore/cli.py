@@ -105,12 +105,26 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         err_console.print("aborted")
         sys.exit(130)
-    except Exception as err:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
+    except Exception as err:
+        usage, exits = _click_error_types()
+        if isinstance(err, usage):  # unknown command or option, missing argument, bad value
             err.show()
             sys.exit(2)
-        if isinstance(err, click.exceptions.Exit):
+        if isinstance(err, exits):
             sys.exit(err.exit_code)
         raise
+
+
+def _click_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(usage-error, exit) exception classes of click and of the click copy that newer typer
+    releases vendor as `typer._click`; either may raise, and neither subclasses the other."""
+    usage: list[type] = []
+    exits: list[type] = [typer.Exit]
+    for name in ("click.exceptions", "typer._click.exceptions"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        usage += [mod.ClickException] if hasattr(mod, "ClickException") else []
+        exits += [mod.Exit] if hasattr(mod, "Exit") else []
+    return tuple(usage), tuple(exits)

@@ -85,6 +85,20 @@ def test_cli_error_message_is_one_line_and_names_field(tmp_path, capsys):
     assert not (tmp_path / "o").exists()  # nothing written on bad input
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["methods"], "No such command 'methods'"),
+    (["run", "configs/quickstart.yaml", "--bogus"], "No such option: --bogus"),
+    (["run"], "Missing argument"),
+])
+def test_usage_errors_exit_2_with_clicks_message_and_no_traceback(argv, message, capsys):
+    from fedcore.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and "Traceback" not in err
+
+
 def test_misspelled_key_in_yaml_file(tmp_path, capsys):
     from fedcore.cli import main
 
