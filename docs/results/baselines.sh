@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sanity check of the sieving baselines (docs/results/baselines.md): FedAvg, FedCorr and
-# FL-DivideMix on a nearly centralized setting (the quickstart's digits and MLP, 2 IID clients,
+# Sanity check of the sieving methods (docs/results/baselines.md, fedgr.md): FedAvg, FedCorr,
+# FL-DivideMix and FedGR on a nearly centralized setting (the quickstart's digits and MLP, 2 IID clients,
 # every label 60% symmetric noise, 40 rounds), where DivideMix's own paper setting applies.
 # Usage: docs/results/baselines.sh [OUT] [JOBS]   (defaults: runs/baselines, 1); prints the table.
 set -euo pipefail
@@ -16,11 +16,11 @@ for seed in 0 1 2; do
   data=$OUT/data-s$seed
   # shellcheck disable=SC2086
   [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare configs/quickstart.yaml --out "$data" -s seed=$seed $SETTING > /dev/null
-  for m in fedavg fedcorr dividemix; do
+  for m in fedavg fedcorr dividemix fedgr; do
     run=$OUT/$m/s$seed
     [ -f "$run/metrics.json" ] || echo "$PY -m fedcore run configs/quickstart.yaml --data $data --out $run --no-progress \
 -s seed=$seed -s method.name=$m $SETTING > /dev/null" >> "$jobs_file"
   done
 done
 xargs -P "$JOBS" -I{} nice -n 10 bash -c {} < "$jobs_file"
-$PY -m fedcore compare "$OUT"/fedavg/s* "$OUT"/fedcorr/s* "$OUT"/dividemix/s*
+$PY -m fedcore compare "$OUT"/fedavg/s* "$OUT"/fedcorr/s* "$OUT"/dividemix/s* "$OUT"/fedgr/s*
