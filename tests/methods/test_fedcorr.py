@@ -35,6 +35,11 @@ def test_lid_recovers_the_dimension_of_a_flat_patch():
     assert lid5 == pytest.approx(5.0, abs=1.2) and lid5 > lid2 + 2
 
 
+def test_lid_in_row_blocks_equals_one_block():
+    x = np.random.default_rng(1).normal(size=(57, 4))
+    np.testing.assert_allclose(lid_mle(x, k=10, block_entries=57 * 5), lid_mle(x, k=10), rtol=1e-12)
+
+
 def test_lid_edge_cases_stay_finite():
     assert lid_mle(np.zeros((2, 3))).tolist() == [0.0, 0.0]  # no neighbourhood
     dup = np.array([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
