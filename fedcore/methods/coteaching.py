@@ -75,7 +75,7 @@ class Coteaching(StagedMethod):
     def build_model(self) -> nn.Module:
         ctx = self.ctx
         if ctx.task == "multi":
-            raise ConfigError("method 'coteaching' is single-label; use fedavg/fedprox/fedharmony for multi-label")
+            raise ConfigError(f"method '{self.name}' is single-label; use fedavg/fedprox/fedharmony for multi-label")
         # Different inits are what make the two networks disagree usefully.
         nets = [build_model(self.cfg.model, ctx.store.in_shape, ctx.num_classes, seed=ctx.seed * 2 + i) for i in (0, 1)]
         return TwinNet(*nets)
