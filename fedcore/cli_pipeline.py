@@ -117,8 +117,9 @@ def run_cmd(name: NameArg, config: ConfigArg,
 def run_local_pipeline(name: str, cfg: Any, args: dict[str, Any], out: Path) -> Any:
     from pipelines.runner import run_local
 
+    pipeline = build(name, cfg, args, local=True)  # bad methods/sweeps fail here, before anything runs
     console.print(f"running pipeline [bold]{name}[/] locally (task logs: {out / 'kfp-local.log'})")
-    return run_local(build(name, cfg, args, local=True), out)
+    return run_local(pipeline, out)
 
 
 def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console = console) -> None:
