@@ -38,6 +38,26 @@ SetOpt = Annotated[
 ]
 
 
+@config_app.command("methods")
+def config_methods(
+    name: Annotated[str | None, typer.Argument(help="a method: list its params (method.params.*)")] = None,
+) -> None:
+    """List the methods, or one method's params with their types, defaults and meaning."""
+    from rich.table import Table
+
+    from fedcore.methods.registry import available_methods, describe_params, summary_line
+
+    if name is None:
+        table = Table("method.name", "what it is")
+        for m in available_methods():
+            table.add_row(m, summary_line(m))
+    else:
+        table = Table("method.params.", "type", "default", "meaning", title=f"{name}: {summary_line(name)}")
+        for row in describe_params(name):
+            table.add_row(*row)
+    console.print(table)
+
+
 @config_app.command("show")
 def config_show(
     config: ConfigArg,

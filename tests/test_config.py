@@ -129,3 +129,26 @@ def test_config_show_prints_resolved_config():
     assert res.exit_code == 0
     shown = yaml.safe_load(res.stdout.split("# config_hash")[0])
     assert shown["seed"] == 9 and shown["train"]["device"] == "auto"
+
+
+def test_method_params_are_listed_with_types_defaults_and_meaning():
+    from fedcore.methods.registry import describe_params, summary_line
+
+    rows = {r[0]: r for r in describe_params("fedprox")}
+    assert rows["mu"] == ("mu", "float", "0.01", "proximal weight")
+    assert summary_line("fedcorr").startswith("FedCorr:")
+    assert [r[0] for r in describe_params("fedavg")] == []
+
+
+def test_config_methods_cli_lists_methods_and_rejects_unknown_ones(capsys):
+    from fedcore.cli import main
+    from fedcore.methods.registry import available_methods
+
+    main(["config", "methods"])
+    out = capsys.readouterr().out
+    assert all(m in out for m in available_methods())
+    main(["config", "methods", "fedgr"])
+    assert "tau_conf" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["config", "methods", "bogus"])
+    assert exc.value.code == 2 and "unknown method 'bogus'" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Federated Co-teaching.
+"""Federated Co-teaching: two networks that train each other on their small-loss samples.
 
 Han, Yao, Yu, Niu, Xu, Hu, Tsang, Sugiyama. "Co-teaching: Robust Training of Deep
 Neural Networks with Extremely Noisy Labels." NeurIPS 2018, arXiv:1804.06872.

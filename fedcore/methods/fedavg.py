@@ -1,4 +1,4 @@
-"""FedAvg.
+"""FedAvg: local SGD on every client, averaged by sample count.
 
 McMahan, Moore, Ramage, Hampson, Agüera y Arcas. "Communication-Efficient Learning of
 Deep Networks from Decentralized Data." AISTATS 2017, arXiv:1602.05629.

@@ -1,4 +1,4 @@
-"""FedHarmony.
+"""FedHarmony: multi-label training aligned to leave-one-out consensus label correlations.
 
 "FedHarmony: Harmonizing Heterogeneous Label Correlations in Federated Multi-Label
 Learning." CVPR 2026, arXiv:2604.28024. No public code; this follows the spec

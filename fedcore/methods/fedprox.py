@@ -1,4 +1,4 @@
-"""FedProx.
+"""FedProx: FedAvg plus a proximal pull towards the global model.
 
 Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith. "Federated Optimization in Heterogeneous
 Networks." MLSys 2020, arXiv:1812.06127.

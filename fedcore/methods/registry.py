@@ -86,3 +86,21 @@ def build_method(cfg: ExperimentConfig) -> Any:
     """Instantiate the configured method with validated params."""
     spec = get_method(cfg.method.name)
     return spec.cls(cfg, parse_params(spec, cfg.method.params))
+
+
+def describe_params(name: str) -> list[tuple[str, str, str, str]]:
+    """(param, type, default, description) rows of a method's params model, in declaration order."""
+    rows = []
+    for key, field in get_method(name).params.model_fields.items():
+        kind = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
+        default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
+        rows.append((key, kind, default, field.description or ""))
+    return rows
+
+
+def summary_line(name: str) -> str:
+    """The first line of a method's module docstring (method and paper)."""
+    import sys
+
+    doc = sys.modules[get_method(name).cls.__module__].__doc__ or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
