@@ -139,3 +139,11 @@ def test_interrupted_then_resumed_run_is_bit_identical(fed, tmp_path):
     assert json.loads((tmp_path / "cut" / "metrics.json").read_text()) == \
         json.loads((tmp_path / "full" / "metrics.json").read_text())
     assert model_equal(tmp_path / "cut", tmp_path / "full")
+
+
+def test_several_clients_per_preprocessing_round_still_visit_each_once_per_pass(fed, tmp_path):
+    res = run_experiment(digits_cfg(rounds=1, iterations=2, preprocess_clients=4, fine_tuning=False), tmp_path,
+                         data=fed)
+    pre = [h for h in res.history if h["stage"] == "preprocess"]
+    assert [h["round/clients"] for h in pre] == [4, 2, 4, 2]  # ceil(6 / 4) = 2 rounds per pass
+    assert set(res.state.extra["lid_cum"]) == set(range(6))
