@@ -112,9 +112,9 @@ class DivideMix(Coteaching):
         plain = self.params.views == "plain" or (self.params.views == "auto" and self.cfg.train.augment == "none")
 
         def views(pos: torch.Tensor) -> torch.Tensor:
-            x01 = data.x01(pos)
             if plain:
                 return torch.cat([data.x(pos)] * 2)
+            x01 = data.x01(pos)
             return torch.cat([data.store.normalize(aug.weak(x01, task.gen)) for _ in range(2)])
 
         return views

@@ -163,7 +163,10 @@ class FedCorr(StagedMethod):
 
     # -- clients -----------------------------------------------------------------------------
     def _level(self, task: ClientTask) -> tuple[float, np.ndarray]:
-        return loss_level(task.state["loss"], seed=self.ctx.seed)
+        """Level and flags from the stored losses, fitted once per stored loss vector (the losses
+        only change in pre-processing, so later visits reuse the fit)."""
+        cached = task.state.get("loss_level")
+        return cached if cached is not None else loss_level(task.state["loss"], seed=self.ctx.seed)
 
     def _probs(self, params, task: ClientTask) -> np.ndarray:
         load_params_(self.snapshot, params)
@@ -180,7 +183,7 @@ class FedCorr(StagedMethod):
                               labels=self.targets(task).cpu().numpy())
             return report
         level, flags = self._level(task)
-        st["level"] = level
+        st["level"], st["loss_level"] = level, (level, flags)
         report.update(level=level, flags=flags)
         labels = self.targets(task).cpu().numpy()
         snap = ins.get("snapshot")
@@ -204,6 +207,7 @@ class FedCorr(StagedMethod):
             labels = self.targets(task)
             update.uploads["lid"] = float(lid_mle(F.softmax(logits, -1).cpu().numpy(), self.params.lid_k).mean())
             update.state["loss"] = F.cross_entropy(logits, labels, reduction="none").cpu().numpy()
+            update.state.pop("loss_level", None)  # new losses: the next visit refits
         return update
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
