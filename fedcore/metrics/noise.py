@@ -6,6 +6,7 @@ These are the only functions (with scoring.py) that read ground truth.
 from __future__ import annotations
 
 import numpy as np
+from sklearn.metrics import normalized_mutual_info_score
 
 
 def rate_pearson_mae(estimated: np.ndarray, true: np.ndarray) -> dict[str, float]:
@@ -28,6 +29,19 @@ def binary_prf(pred_pos: np.ndarray, true_pos: np.ndarray) -> dict[str, float]:
     f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
     acc = float(np.mean(p == t)) if len(p) else float("nan")
     return {"precision": float(prec), "recall": float(rec), "f1": float(f1), "acc": acc}
+
+
+def flag_dependence(flags: np.ndarray, labels: np.ndarray) -> float:
+    """Normalized mutual information between a detector's noisy flags and per-sample labels.
+
+    With the given labels this says whether a detector sorts by class instead of by noise
+    (1: the flags are a function of the label; 0: independent); with the true noise flags
+    it is a threshold-free view of detection quality. Empty input gives NaN.
+    """
+    f, y = np.asarray(flags, bool), np.asarray(labels)
+    if not len(f):
+        return float("nan")
+    return float(normalized_mutual_info_score(y, f))
 
 
 def relabel_metrics(y_before: np.ndarray, y_after: np.ndarray, y_true: np.ndarray) -> dict[str, float]:

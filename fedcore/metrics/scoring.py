@@ -17,7 +17,13 @@ from fedcore.data.federated import FederatedDataset
 from fedcore.engine.store import TensorStore
 from fedcore.engine.types import Estimates
 from fedcore.metrics.classification import accuracy, confusion, macro_prf
-from fedcore.metrics.noise import binary_prf, memorization_rate, rate_pearson_mae, relabel_metrics
+from fedcore.metrics.noise import (
+    binary_prf,
+    flag_dependence,
+    memorization_rate,
+    rate_pearson_mae,
+    relabel_metrics,
+)
 
 
 class Scorer:
@@ -51,12 +57,18 @@ class Scorer:
         return out
 
     def samples(self, masks: dict[int, np.ndarray]) -> dict[str, float]:
-        """Detection P/R/F1 averaged over clients, plus the pooled F1."""
+        """Detection P/R/F1 averaged over clients, the pooled F1, and (single-label) how much
+        the pooled flags depend on the given label vs on the true noise (NMI): a detector
+        whose label NMI exceeds its noise NMI is sorting classes, not noise."""
         per = [binary_prf(m, self.truth.is_noisy_sample[self.parts[c]]) for c, m in masks.items()]
         out = {k: float(np.mean([p[k] for p in per])) for k in ("precision", "recall", "f1")}
         pooled_pred = np.concatenate([np.asarray(masks[c], bool) for c in masks])
         pooled_true = np.concatenate([self.truth.is_noisy_sample[self.parts[c]] for c in masks])
         out["f1_pooled"] = binary_prf(pooled_pred, pooled_true)["f1"]
+        if not self.multi:
+            given = np.concatenate([self.y_orig[self.parts[c]] for c in masks])
+            out["label_nmi"] = flag_dependence(pooled_pred, given)
+            out["noise_nmi"] = flag_dependence(pooled_pred, pooled_true)
         return out
 
     def relabels(self, labels: dict[int, np.ndarray]) -> dict[str, float]:

@@ -134,7 +134,8 @@ def test_short_run_reports_the_promised_metrics(fed, tmp_path):
     assert all("noise/rate_pearson" not in h for h in warm)
     for h in post:
         for key in ("noise/rate_pearson", "noise/rate_mae", "detect/sample_precision", "detect/sample_recall",
-                    "detect/sample_f1", "refine/mask_rate", "train/memorization", "test/acc"):
+                    "detect/sample_f1", "detect/sample_label_nmi", "detect/sample_noise_nmi",
+                    "refine/mask_rate", "train/memorization", "test/acc"):
             assert np.isfinite(h[key]), key
         assert sum(k.startswith("noise/rate_est/client_") for k in h) == 6
     assert isinstance(res.state, ServerState) and set(res.state.extra["sieve"]) == set(range(6))

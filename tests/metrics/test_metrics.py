@@ -9,6 +9,7 @@ from fedcore.metrics import (
     accuracy,
     binary_prf,
     confusion,
+    flag_dependence,
     last_k_mean,
     macro_prf,
     memorization_rate,
@@ -75,6 +76,18 @@ def test_memorization_and_history_summary():
     assert last_k_mean([float("nan"), 1.0, 3.0], 10) == 2.0
 
 
+def test_flag_dependence_by_hand():
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    # flags a function of the label: NMI = I / mean(H(y), H(f)) with I = H(f)
+    flags = labels == 0
+    h_f = -(1 / 3 * np.log(1 / 3) + 2 / 3 * np.log(2 / 3))
+    assert flag_dependence(flags, labels) == pytest.approx(2 * h_f / (np.log(3) + h_f))
+    assert flag_dependence(labels == 0, labels == 0) == pytest.approx(1.0)
+    # flags independent of a binary label (every cell of the 2x2 table equal): 0
+    assert flag_dependence(np.array([0, 1, 0, 1], bool), np.array([0, 0, 1, 1])) == pytest.approx(0.0, abs=1e-12)
+    assert np.isnan(flag_dependence(np.zeros(0, bool), np.zeros(0)))
+
+
 def test_scorer_maps_estimates_to_named_metrics():
     fed = tiny_fed()  # truth: noisy samples at positions 1 and 4; realized rate 1/3 on both clients
     scorer = Scorer(fed)
@@ -89,5 +102,10 @@ def test_scorer_maps_estimates_to_named_metrics():
     assert out["noise/rate_mae"] == pytest.approx((abs(0.3 - 1 / 3) + abs(0.5 - 1 / 3)) / 2)
     assert out["detect/client_precision"] == 1.0 and out["detect/client_recall"] == 0.5
     assert out["detect/sample_recall"] == 1.0 and out["detect/sample_precision"] == pytest.approx(0.75)
+    # pooled flags [0,1,0 | 1,1,0] against the given labels [0,1,0,1,0,1] and the truth [0,1,0,0,1,0]
+    flags = np.array([0, 1, 0, 1, 1, 0], bool)
+    assert out["detect/sample_label_nmi"] == pytest.approx(flag_dependence(flags, [0, 1, 0, 1, 0, 1]))
+    assert out["detect/sample_noise_nmi"] == pytest.approx(flag_dependence(flags, [0, 1, 0, 0, 1, 0]))
+    assert out["detect/sample_noise_nmi"] > out["detect/sample_label_nmi"]
     # client 0 before [0, 1, 0], truth [0, 0, 0], after [0, 0, 0]: the one change fixes the one noisy label
     assert out["relabel/precision"] == 1.0 and out["relabel/recall"] == 1.0 and out["relabel/damage"] == 0.0
