@@ -51,9 +51,11 @@ On the digits presets these defaults fall far below FedAvg, and no setting of ta
 0.8, 0.6, 0), soft pseudo-labels, alpha (5, 20), model (mlp, cnn), strong-view strength or
 local epochs (2, 5) that we measured closes the gap: tier 3 either starves (nothing reaches
 tau_conf) or, without the mask, self-trains on the class-biased pseudo-labels of a weak
-hand-over model and collapses to one class within a few rounds. An audit against the spec
-found no implementation error, so the defaults stay the spec's; docs/results/fedgr.md has
-the audit, the sensitivity numbers and the mechanism.
+hand-over model and collapses to one class within a few rounds. The untrained hand-over
+model also makes the raw pooled GMM split by given class, and that split locks in
+(detect/sample_label_nmi shows it). An audit against the spec found no implementation
+error, so the defaults stay the spec's; docs/results/fedgr.md has the audit, the
+sensitivity numbers and the mechanism.
 """
 
 from __future__ import annotations
