@@ -28,6 +28,7 @@ from fedcore.config import load_config
 from fedcore.data.federated import FederatedDataset
 from fedcore.metrics import flag_dependence
 from fedcore.run import run_experiment
+from fedcore.stats.gmm import zscore
 
 
 def split_report(run: str, data: str) -> None:
@@ -53,9 +54,7 @@ def split_report(run: str, data: str) -> None:
 def _z_within(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
     z = values.astype(float).copy()
     for k in np.unique(labels):
-        m = labels == k
-        sd = values[m].std()
-        z[m] = (values[m] - values[m].mean()) / (sd if sd > 1e-8 else 1.0)
+        z[labels == k] = zscore(values[labels == k][:, None])[:, 0]
     return z
 
 
