@@ -74,12 +74,15 @@ def class_norm(cfg_path: str, data: str, out: str, overrides: list[str]) -> None
             a.uploads["lbar"] = part
         return after(self, state, plan, answers)
 
-    fedgr_mod.FedGR.client_probe = probe_with_labels
-    fedgr_mod.FedGR.after_probe = after_class_norm
     cfg = load_config(cfg_path, overrides)
     if cfg.method.name != "fedgr":
         raise SystemExit(f"{cfg_path}: method is '{cfg.method.name}', expected fedgr")
-    res = run_experiment(cfg, out, data=data)
+    fedgr_mod.FedGR.client_probe = probe_with_labels
+    fedgr_mod.FedGR.after_probe = after_class_norm
+    try:
+        res = run_experiment(cfg, out, data=data)
+    finally:  # leave FedGR as it was for anything else in this process
+        fedgr_mod.FedGR.client_probe, fedgr_mod.FedGR.after_probe = probe, after
     s = res.summary
     print(f"class-norm sieve: acc last-10 {100 * s['final/acc_last10']:.1f}, "
           f"r_k Pearson {s.get('last/noise/rate_pearson', float('nan')):.2f}, "
