@@ -103,6 +103,8 @@ def sens_table(root: Path, main_root: Path) -> list[str]:
         return fmt(got) if len(got) == len(seeds) else "-"
 
     for preset in PRESETS:
+        if not (root / preset).is_dir():  # a grid run on one preset only still gets its table
+            continue
         for var in sorted(p.name for p in (root / preset).iterdir() if p.is_dir() and not p.name.startswith("data")):
             found = sorted(int(p.name[1:]) for p in (root / preset / var).glob("s*") if (p / "metrics.json").is_file())
             for seeds in ([s for s in found if s not in HELD_OUT], [s for s in found if s in HELD_OUT]):

@@ -64,7 +64,10 @@ def main(cfg_path: str, data: str, out: str, overrides: list[str]) -> None:
         return tgt, keep
 
     cls.after_probe, cls._targets = traced_after_probe, traced_targets
-    res = run_experiment(cfg, out, data=fed)
+    try:
+        res = run_experiment(cfg, out, data=fed)
+    finally:  # leave FedGR as it was for whoever imports this module (the tests do)
+        cls.after_probe, cls._targets = after_probe, targets
     for rnd, rows in sorted(kept.items()):
         if rnd % 5 == 0:
             k, n, ok = (sum(r[i] for r in rows) for i in range(3))

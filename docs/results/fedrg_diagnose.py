@@ -60,8 +60,12 @@ def best_f1(noisy: np.ndarray, score: np.ndarray) -> float:
 
 def main(cfg_path: str, data: str, out: str, overrides: list[str]) -> None:
     cfg = load_config(cfg_path, overrides)
-    fedrg_mod.detect = _recording_detect(fedrg_mod.detect)
-    run_experiment(cfg, out, data=data)
+    detect = fedrg_mod.detect
+    fedrg_mod.detect = _recording_detect(detect)
+    try:
+        run_experiment(cfg, out, data=data)
+    finally:  # leave FedRG as it was for whoever imports this module (the tests do)
+        fedrg_mod.detect = detect
     gt = FederatedDataset.load(data).truth
     truth, y_true = gt.is_noisy_sample, np.asarray(gt.y_true)
     by_round: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))

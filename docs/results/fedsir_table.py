@@ -62,11 +62,13 @@ def relabel_events(root: Path, preset: str, name: str = "fedsir", seeds=(0, 1, 2
     """Relabel metrics at every event (train-stage round), mean over seeds."""
     per_seed = []
     for s in seeds:
-        rows = list(csv.DictReader((root / preset / name / f"s{s}" / "history.csv").open()))
-        per_seed.append([r for r in rows if r.get("relabel/precision")])
+        hist = root / preset / name / f"s{s}" / "history.csv"
+        if hist.is_file():  # a seed still running or not run yet is left out, not a crash
+            per_seed.append([r for r in csv.DictReader(hist.open()) if r.get("relabel/precision")])
     keys = ("precision", "recall", "damage", "changed", "agree_rate")
     lines = ["| round | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
-    for i, ev in enumerate(per_seed[0]):
+    # Seeds can relabel a different number of times; average the events they all reached.
+    for i, ev in enumerate(per_seed[0][: min(map(len, per_seed))] if per_seed else []):
         vals = [np.mean([float(p[i][f"relabel/{k}"]) for p in per_seed]) for k in keys]
         lines.append(f"| {int(float(ev['round']))} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
     return lines
@@ -94,6 +96,9 @@ def sweep(root: Path) -> list[str]:
 
 def main(root: Path) -> None:
     for preset in ("fedsir_digits", "fedsir_digits_06"):
+        if not (root / preset).is_dir():
+            print(f"\n### {preset}: no runs under {root / preset}")
+            continue
         print(f"\n### {preset}\n")
         print("\n".join(method_table(root, preset)))
         print()
