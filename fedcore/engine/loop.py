@@ -106,6 +106,12 @@ class RoundLoop:
     # -- stages -----------------------------------------------------------------------------
     def run(self, state: ServerState, loop: LoopState, only: Sequence[str] | None = None) -> ServerState:
         stages = self.method.stages
+        i = loop.stage_index
+        if 0 < i <= len(stages) and not loop.stopped and stages[i - 1].name == state.stage \
+                and state.stage_round < stages[i - 1].rounds:
+            # Resumed with a grown round budget: the stage the checkpoint closed has rounds left.
+            # (A stage its method ended early is re-entered too; its plan ends it again at once.)
+            loop.stage_index = i - 1
         while loop.stage_index < len(stages) and not loop.stopped:
             stage = stages[loop.stage_index]
             if only is not None and stage.name not in only:

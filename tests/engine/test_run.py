@@ -1,6 +1,7 @@
 """Whole runs: resume bit-identity, FedProx(mu=0) == FedAvg, outputs, and the CLI."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,6 +49,22 @@ def test_interrupted_then_resumed_run_is_bit_identical(tmp_path, artifact, metho
     assert json.loads((tmp_path / "cut" / "metrics.json").read_text()) == \
         json.loads((tmp_path / "full" / "metrics.json").read_text())
     assert model_equal(tmp_path / "cut", tmp_path / "full")
+
+
+@pytest.mark.parametrize("method", ["fedavg", "dividemix"])
+def test_resuming_a_finished_run_with_more_rounds_trains_them(tmp_path, artifact, method):
+    """train.rounds may grow on resume: the closed last stage is re-entered, as if never cut."""
+    extra = ["method.params.warmup_rounds=1"] if method == "dividemix" else []  # two stages
+    cfg = load_config("configs/quickstart.yaml", [*FAST, f"method.name={method}", *extra])
+    full = run_experiment(cfg, tmp_path / "full", data=artifact)
+    short = load_config("configs/quickstart.yaml", [*FAST, f"method.name={method}", *extra, "train.rounds=2"])
+    run_experiment(short, tmp_path / "grown", data=artifact)
+    grown = run_experiment(cfg, tmp_path / "grown", data=artifact, resume=tmp_path / "grown")
+    assert [r["round"] for r in grown.history] == [1.0, 2.0, 3.0, 4.0]
+    assert grown.history == full.history and model_equal(tmp_path / "grown", tmp_path / "full")
+    # Resuming again with the same budget has nothing left to train and changes nothing.
+    again = run_experiment(cfg, tmp_path / "grown", data=artifact, resume=tmp_path / "grown")
+    assert again.history == full.history
 
 
 def test_resume_refuses_other_config_and_corrupt_checkpoint(tmp_path, artifact):
@@ -98,6 +115,77 @@ def test_cli_run_and_compare(tmp_path, artifact, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["compare", str(tmp_path / "missing")])
     assert exc.value.code == 2
+
+
+def _files(root):
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _fails(argv, capsys) -> str:
+    from fedcore.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    return err
+
+
+def test_cli_run_refuses_to_overwrite_an_existing_run(tmp_path, artifact, capsys):
+    from fedcore.cli import main
+
+    args = ["--data", str(artifact), "--no-progress", *[x for o in FAST for x in ("--set", o)]]
+    done = tmp_path / "done"
+    main(["run", "configs/quickstart.yaml", "--out", str(done), *args])
+    before = _files(done)
+    capsys.readouterr()
+    # Another method onto a finished run used to replace its model, metrics and checkpoints.
+    err = _fails(["run", "configs/quickstart.yaml", "--out", str(done), *args, "--set", "method.name=fedprox"], capsys)
+    assert f"'{done}' already holds a finished run; continue it with --resume {done}" in err
+    # ... and so did resuming another run into it.
+    main(["run", "configs/quickstart.yaml", "--out", str(tmp_path / "other"), *args])
+    capsys.readouterr()
+    _fails(["run", "configs/quickstart.yaml", "--resume", str(tmp_path / "other"), "--out", str(done), *args], capsys)
+    assert _files(done) == before
+    main(["run", "configs/quickstart.yaml", "--resume", str(done), *args])  # the way to continue it
+    assert json.loads((done / "metrics.json").read_bytes()) == json.loads(before[Path("metrics.json")])
+
+
+def test_cli_run_out_onto_a_file_is_a_user_error(tmp_path, artifact, capsys):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("keep me")
+    err = _fails(["run", "configs/quickstart.yaml", "--out", str(mine), "--data", str(artifact), "--no-progress",
+                  *[x for o in FAST for x in ("--set", o)]], capsys)
+    assert "is a file; pass a folder" in err and mine.read_text() == "keep me"
+
+
+def test_bad_input_leaves_no_empty_run_dir(tmp_path, artifact):
+    cfg = load_config("configs/quickstart.yaml", FAST)
+    with pytest.raises(ArtifactError, match="no checkpoint"):
+        run_experiment(cfg, tmp_path / "r", data=artifact, resume=tmp_path / "missing")
+    with pytest.raises(ConfigError, match="unknown"):
+        run_experiment(cfg, tmp_path / "r", data=artifact, stages=["bogus"])
+    assert not (tmp_path / "r").exists()
+
+
+class FailsAtStart(Callback):
+    def __init__(self) -> None:
+        self.failure = None
+
+    def on_run_start(self, info):
+        raise RuntimeError("tracking store went away")
+
+    def on_failure(self, error):
+        self.failure = error
+
+
+def test_a_failing_on_run_start_still_reaches_on_failure(tmp_path, artifact):
+    # A tracking run opened in on_run_start must be ended FAILED, not left RUNNING.
+    cb = FailsAtStart()
+    with pytest.raises(RuntimeError, match="went away"):
+        run_experiment(load_config("configs/quickstart.yaml", FAST), tmp_path / "r", data=artifact, callbacks=[cb])
+    assert isinstance(cb.failure, RuntimeError)
 
 
 def test_summary_keeps_aggregate_metrics_and_drops_per_client_ones():
