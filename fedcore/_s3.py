@@ -111,9 +111,13 @@ def _make_client(env: tuple[str | None, ...]) -> Any:
     )
     # A custom endpoint (MinIO, moto, Ceph) ignores the region, but botocore insists on one.
     region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
-    return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint, region_name=region or ("us-east-1" if endpoint else None), config=config
-    )
+    try:
+        return boto3.session.Session().client(
+            "s3", endpoint_url=endpoint, region_name=region or ("us-east-1" if endpoint else None), config=config
+        )
+    except ValueError as err:  # e.g. botocore's "Invalid endpoint: ...": a typo in the environment
+        raise StorageError(f"cannot set up the S3 client ({err}); set AWS_ENDPOINT_URL (or MLFLOW_S3_ENDPOINT_URL) "
+                           "to a URL such as http://localhost:8333 and check AWS_DEFAULT_REGION") from None
 
 
 def transfer_config(threshold: int = 64 * MB, chunk: int = 16 * MB) -> Any:

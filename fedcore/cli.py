@@ -67,6 +67,8 @@ def config_show(
     """Print the resolved config (defaults filled in, overrides applied) and its hash."""
     from fedcore.config import load_config
 
+    if fmt not in ("yaml", "json"):  # anything else used to print JSON silently
+        raise UserError(f"--format '{fmt}' is not supported; pass --format yaml or --format json")
     cfg = load_config(config, set_)
     text = cfg.to_yaml() if fmt == "yaml" else cfg.model_dump_json(indent=2)
     console.print(text, markup=False, highlight=False)
@@ -118,7 +120,9 @@ _register_subapps()
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the typer app, turning user errors into one line and exit code 2."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode click *returns* the code of a `typer.Exit(n)` (deploy check/smoke
+        # failing) instead of exiting with it; dropping it would make a failed check exit 0.
+        code = app(args=argv, standalone_mode=False)
     except UserError as err:
         err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
@@ -133,6 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(err, exits):
             sys.exit(err.exit_code)
         raise
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 def _click_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from fedcore import deploy, env
+from fedcore.errors import UserError
 
 app = typer.Typer(help="Render, check and smoke-test the Kubernetes deployment (k8s/).", no_args_is_help=True)
 
@@ -36,11 +37,17 @@ def render_cmd(
     """Print the manifests of one overlay (pipe into `kubectl apply -f -`).
 
     Pods use the project image named by FEDCORE_IMAGE when it is set."""
+    from fedcore.storage import atomic_write
+
+    if out is not None and out.is_dir():
+        raise UserError(f"--out '{out}' is a folder; pass a file path such as {out / (overlay.value + '.yaml')}")
     text = deploy.render(overlay.value, k8s_dir, image=env.image())
     if out is None:
         sys.stdout.write(text)
         return
-    out.write_text(text)
+    # Atomic (and creates missing parent folders): a failed write never leaves half a manifest.
+    with atomic_write(out, "w", encoding="utf-8") as f:
+        f.write(text)
     typer.echo(f"wrote {out} ({len(deploy.load_objects(text))} objects)", err=True)
 
 

@@ -56,9 +56,27 @@ def run(
 
     cfg = load_config(config, set_)
     out = out or (resume if resume and resume.is_dir() else Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}")
+    check_run_dir(out, resume)
     result = run_experiment(cfg, out, data=data, resume=resume, stages=stage,
                             callbacks=run_callbacks(cfg, total_rounds(cfg), progress))
     console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
+
+
+def check_run_dir(out: Path, resume: Path | None) -> None:
+    """Refuse an --out that is a file or would overwrite a finished run.
+
+    A finished run dir is only written again when it is the one being resumed; a fresh run
+    there would silently replace its model, metrics and checkpoints. An interrupted one (no
+    metrics.json) may be restarted: scripts that skip finished runs and redo the rest rely on it.
+    """
+    from fedcore.errors import UserError
+
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out '{out}' is a file; pass a folder for the run")
+    finished = (out / "metrics.json").is_file()
+    if finished and (resume is None or not resume.resolve().is_relative_to(out.resolve())):
+        raise UserError(f"'{out}' already holds a finished run; continue it with --resume {out}, "
+                        "or choose another --out")
 
 
 def compare(

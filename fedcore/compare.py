@@ -29,8 +29,11 @@ def load_run(path: Path) -> dict[str, Any]:
         raise ArtifactError(f"'{path}' has no metrics.json; pass run dirs written by `fedcore run`")
     try:
         rec = json.loads(f.read_text())
-        rec["summary"]
-    except (json.JSONDecodeError, KeyError):
+        summary = rec["summary"]
+        # Valid JSON of the wrong shape (a list, a null summary, text values) is corrupt too.
+        if not isinstance(summary, dict) or not all(isinstance(v, int | float | None) for v in summary.values()):
+            raise TypeError
+    except (json.JSONDecodeError, KeyError, TypeError):
         raise ArtifactError(f"'{f}' is corrupt; re-run the experiment") from None
     rec["path"] = str(path)
     return rec

@@ -130,7 +130,10 @@ class MethodConfig(Strict):
 
 class TrackingConfig(Strict):
     backend: Literal["mlflow", "none"] = "none"
-    uri: str | None = Field(None, description="MLflow tracking URI; default: sqlite file under the run dir")
+    uri: str | None = Field(
+        None, description="MLflow tracking URI; default: MLFLOW_TRACKING_URI, else an embedded sqlite store "
+        "in mlruns/ under the cwd (`pipeline run --local`: under its --out)"
+    )
     experiment: str = "fedcore"
     artifact_location: str | None = Field(None, description="local dir or s3:// prefix for new experiments")
     run_name: str | None = None
@@ -228,7 +231,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
         key, raw = item.split("=", 1)
         parts = [p for p in key.strip().split(".") if p]
         if not parts:
-            raise ConfigError(f"override '{item}' has an empty key")
+            raise ConfigError(f"override '{item}' has an empty key; write it as key.path=value, e.g. train.rounds=5")
         node = data
         for p in parts[:-1]:
             nxt = node.get(p)

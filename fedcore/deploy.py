@@ -90,6 +90,8 @@ def validate(objects: Iterable[Mapping], versions: Iterable[str] = K8S_VERSIONS)
         import kubernetes_validate
     except ImportError as err:
         raise UserError("kubernetes-validate is missing: pip install 'fedcore[dev]'") from err
+    from kubernetes_validate.utils import VersionNotSupportedError
+
     problems = []
     for obj in objects:
         for version in versions:
@@ -97,6 +99,9 @@ def validate(objects: Iterable[Mapping], versions: Iterable[str] = K8S_VERSIONS)
                 kubernetes_validate.validate(dict(obj), version, strict=True)
             except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError) as err:
                 problems.append(f"{name_of(obj)} (k8s {version}): {getattr(err, 'message', err)}")
+            except VersionNotSupportedError:  # a typo in --k8s-version, not a problem of the manifests
+                raise UserError(f"Kubernetes version {version!r} has no schemas in kubernetes-validate; "
+                                f"pass --k8s-version as MAJOR.MINOR.PATCH, e.g. {K8S_VERSIONS[-1]}") from None
     return problems
 
 
@@ -237,6 +242,8 @@ def smoke(require_gpu: bool = False, env: Mapping[str, str] | None = None, timeo
 def _check_mlflow(uri: str, timeout: float) -> list[str]:
     import urllib.request
 
+    if not uri.startswith(("http://", "https://")):  # urllib would raise ValueError or misreport "unreachable"
+        return [f"MLFLOW_TRACKING_URI {uri!r} is not an http(s):// URL; fix it in the fedcore-env ConfigMap"]
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
             return [] if resp.status == 200 else [f"MLflow {uri}/health answered {resp.status}"]
@@ -249,22 +256,24 @@ def _check_bucket(env: Mapping[str, str], timeout: float) -> list[str]:
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
 
-    config = Config(
-        s3={"addressing_style": env.get("FEDCORE_S3_ADDRESSING", "path")},
-        connect_timeout=timeout,
-        read_timeout=timeout,
-        retries={"max_attempts": 1},
-    )
-    client = boto3.client(
-        "s3",
-        endpoint_url=env["MLFLOW_S3_ENDPOINT_URL"],
-        region_name=env["AWS_DEFAULT_REGION"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        config=config,
-    )
+    # Building the client is inside the try: a bad FEDCORE_S3_ADDRESSING or endpoint URL is
+    # a FAIL line like an unreachable server, not a traceback.
     try:
+        config = Config(
+            s3={"addressing_style": env.get("FEDCORE_S3_ADDRESSING", "path")},
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            retries={"max_attempts": 1},
+        )
+        client = boto3.client(
+            "s3",
+            endpoint_url=env["MLFLOW_S3_ENDPOINT_URL"],
+            region_name=env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            config=config,
+        )
         client.head_bucket(Bucket=S3_BUCKET)
-    except (BotoCoreError, ClientError) as err:
+    except (BotoCoreError, ClientError, ValueError) as err:
         return [f"bucket s3://{S3_BUCKET} at {env['MLFLOW_S3_ENDPOINT_URL']} is not usable: {err}"]
     return []

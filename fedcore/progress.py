@@ -49,6 +49,10 @@ class ProgressCallback(Callback):
     def on_run_end(self, summary: dict[str, float], out_dir: Path) -> None:
         self.progress.stop()
 
+    def on_failure(self, error: BaseException) -> None:
+        # Release the live display, so the one-line error is printed after it rather than into it.
+        self.progress.stop()
+
 
 class EarlyStopping(Callback):
     """Stop after `patience` evaluations without a better test score."""

@@ -72,7 +72,6 @@ def run_experiment(
 ) -> RunResult:
     """Run `cfg` (all stages, or only `stages`) and write outputs to `out_dir`."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(cfg.train.device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
@@ -93,11 +92,15 @@ def run_experiment(
         for cb, st in zip(cbs, payload["callbacks"], strict=False):
             cb.load_state_dict(st)
     evaluator = Evaluator(fed, device, ctx.store, memorization=cfg.train.memorization)
+    # Only now, with data, method and checkpoint accepted: bad input leaves no empty run dir behind.
+    out.mkdir(parents=True, exist_ok=True)
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
             "data_sha256": fed.sha256, "fed": fed}
-    for cb in cbs:
-        cb.on_run_start(info)
     try:
+        # Inside the try: a tracking run opened here and then failing (e.g. its artifact store
+        # is unreachable) is ended FAILED by on_failure instead of staying RUNNING.
+        for cb in cbs:
+            cb.on_run_start(info)
         state, summary = _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages,
                                 out)
     except BaseException as err:

@@ -20,6 +20,8 @@ from fedcore.errors import ArtifactError, UserError
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TASK_DONE = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
+# The one-line message of a fedcore error raised inside a task, as its traceback ends in the log.
+_TASK_ERROR = re.compile(r"^\s*fedcore\.errors\.\w+: (.+)$", re.M)
 
 
 # -- compile ------------------------------------------------------------------------------------
@@ -30,6 +32,8 @@ def compile_pipeline(pipeline: Any, out: str | Path) -> Path:
     from kfp import compiler
 
     out = Path(out)
+    if out.is_dir():  # os.replace onto a folder would fail after compiling, with a traceback
+        raise UserError(f"--out '{out}' is a folder; pass a file path such as {out / 'pipeline.yaml'}")
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".yaml", dir=out.parent)
     os.close(fd)
@@ -124,15 +128,33 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: A
     from kfp import local
 
     root = Path(root).resolve()
+    if root.exists() and not root.is_dir():  # caught here, not as a traceback from the log's mkdir
+        raise UserError(f"--out '{root}' is a file; pass a folder for the pipeline's run dir")
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root / "kfp"),
                raise_on_error=True)
     log = root / "kfp-local.log"
+    start = log.stat().st_size if log.is_file() else 0  # the log is appended to across runs
     try:
         with _one_thread_per_task(), _quiet(log, display_names(pipeline), echo):
             return pipeline(**arguments)
     except RuntimeError as err:
         text = _ANSI.sub("", " ".join(str(err).split()))
-        raise UserError(f"{text} See {log} for the task's traceback") from None
+        cause = task_error(log, start)
+        where = f"Cause: {cause}; see {log}" if cause else f"See {log}"
+        raise UserError(f"{text} {where} for the task's traceback") from None
+
+
+def task_error(log: Path, start: int = 0) -> str | None:
+    """The last fedcore error a task raised (bad input, missing files, ...), read from the task log
+    past byte `start`: that line says what to fix, which kfp's own "Inner task failed" does not."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", errors="replace")
+        found = _TASK_ERROR.findall(_ANSI.sub("", text))
+    except OSError:
+        return None
+    return found[-1].strip() if found else None
 
 
 # -- cluster --------------------------------------------------------------------------------------

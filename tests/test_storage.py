@@ -361,6 +361,14 @@ def test_bad_tuning_variables_are_user_errors(monkeypatch):
         storage.read_bytes("s3://some-bucket/k")
 
 
+def test_malformed_endpoint_is_a_one_line_user_error(monkeypatch):
+    # botocore raises a plain ValueError ("Invalid endpoint") while building the client.
+    _quick_env(monkeypatch, "seaweedfs:8333")
+    with pytest.raises(StorageError, match="Invalid endpoint: seaweedfs:8333.*set AWS_ENDPOINT_URL") as err:
+        storage.read_bytes("s3://some-bucket/k")
+    assert "\n" not in str(err.value)
+
+
 def test_no_temp_files_left_by_a_failed_download(s3_server: S3Server, s3_bucket: str, tmp_path: Path):
     with pytest.raises(StorageError):
         storage.download_file(f"s3://{s3_bucket}/absent", tmp_path / "x" / "o")

@@ -109,6 +109,8 @@ def resolve_root(cfg: DataConfig, expected: str) -> Path:
         from fedcore.storage import stage_prefix
 
         return stage_prefix(cfg.root, Path(cfg.cache_dir))
+    if "://" in cfg.root:  # e.g. gs://: Path() would turn it into a missing local folder 'gs:/...'
+        raise DataError(f"data.root '{cfg.root}' has an unsupported scheme; use a local dir or s3://bucket/prefix")
     root = Path(cfg.root).expanduser()
     if not root.is_dir():
         raise DataError(f"data.root '{root}' is not a directory; it should hold {expected}")

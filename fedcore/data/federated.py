@@ -184,7 +184,7 @@ def _replace_dir(tmp: Path, out: Path) -> None:
     # Swap in the new directory; the old one is removed only after the new one is in place,
     # so an interrupted save never leaves `out` half-written.
     if out.exists():
-        if not (out / "manifest.json").is_file() and any(out.iterdir()):
+        if not out.is_dir() or (not (out / "manifest.json").is_file() and any(out.iterdir())):
             raise ArtifactError(f"'{out}' exists and is not a fedcore artifact; choose another --out")
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         os.replace(out, old)
@@ -204,6 +204,10 @@ def _read_manifest(path: Path) -> dict[str, Any]:
         manifest = json.loads(mf.read_text())
         files = manifest["files"]
         version = manifest["format_version"]
+        # Valid JSON of the wrong shape is as corrupt as a truncated file (it used to crash `load`).
+        if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()) \
+                or not isinstance(manifest["meta"], dict):
+            raise TypeError
     except (json.JSONDecodeError, KeyError, TypeError):
         raise ArtifactError(f"artifact '{path}' has a corrupt manifest.json; re-create it") from None
     if version != FORMAT_VERSION:
@@ -220,6 +224,8 @@ def _local_artifact_dir(uri: str) -> Path:
         from fedcore.storage import stage_prefix
 
         return stage_prefix(uri, Path(os.environ.get("FEDCORE_CACHE", ".fedcore-cache")))
+    if "://" in uri:  # e.g. gs://: Path() would turn it into a missing local folder 'gs:/...'
+        raise ArtifactError(f"dataset artifact '{uri}' has an unsupported scheme; use a local dir or s3://bucket/prefix")
     return Path(uri)
 
 

@@ -26,6 +26,7 @@ METRICS_PER_BATCH = 1000  # MLflow's log_batch limit for metrics
 PARAMS_TAGS_PER_BATCH = 100  # ... and for params or tags
 PARENT_TAG = "mlflow.parentRunId"
 FIX_HINT = "start the server or fix tracking.uri / MLFLOW_TRACKING_URI"
+S3_HINT = "start the S3 server or fix MLFLOW_S3_ENDPOINT_URL and AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
 # Fail fast when connecting: MLflow's default (7 retries, exponential backoff) waits minutes.
 _UNREACHABLE = re.compile(r"Max retries exceeded|Failed to establish|timed out|Connection refused", re.I)
 CONNECT_ENV = {
@@ -76,6 +77,16 @@ def _connect_message(uri: str, exc: BaseException) -> str:
         why = f" ({errno.group(1).strip()})" if errno else ""
         return f"cannot reach the MLflow tracking server at {uri}{why}; {FIX_HINT}"
     return f"cannot use MLflow tracking store {uri}: {_one_line(exc)}; {FIX_HINT}"
+
+
+def _s3_errors() -> tuple[type[BaseException], ...]:
+    """boto3/botocore failures (none when boto3 is not installed: then no s3:// artifact store works)."""
+    try:
+        from boto3.exceptions import Boto3Error
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        return ()
+    return Boto3Error, BotoCoreError, ClientError
 
 
 def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
@@ -152,6 +163,10 @@ class MlflowTracker(RunStack):
             return fn(*args, **kwargs)
         except (MlflowException, OSError) as exc:
             raise TrackingError(f"MLflow {what} failed on {self.uri}: {_one_line(exc)}") from None
+        except _s3_errors() as exc:
+            # Artifacts go straight from this client to an s3:// artifact store, so an unreachable
+            # endpoint or bad keys surface as boto errors, which are neither of the above.
+            raise TrackingError(f"MLflow {what} failed on its S3 artifact store: {_one_line(exc)}; {S3_HINT}") from None
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -77,6 +77,35 @@ def test_save_replaces_atomically_and_refuses_foreign_dirs(fed, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp leftovers
 
 
+@pytest.mark.parametrize("damage", [
+    lambda m: m.pop("meta"),
+    lambda m: m.update(files=sorted(m["files"])),  # the right names, as a list
+    lambda m: m["files"].update({"data.pt": 7}),
+])
+def test_manifest_of_the_wrong_shape_is_corrupt(fed, tmp_path, damage):
+    # Valid JSON that is not a manifest used to crash `load` with a KeyError/AttributeError traceback.
+    out = fed.save(tmp_path / "art")
+    manifest = json.loads((out / "manifest.json").read_text())
+    damage(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="corrupt manifest.json; re-create it"):
+        FederatedDataset.load(out)
+
+
+def test_save_onto_a_file_is_refused_and_keeps_it(fed, tmp_path):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("keep me")
+    with pytest.raises(ArtifactError, match="not a fedcore artifact; choose another --out"):
+        fed.save(mine)
+    assert mine.read_text() == "keep me"
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]  # no temp leftovers
+
+
+def test_unsupported_scheme_is_named(tmp_path):
+    with pytest.raises(ArtifactError, match="'gs://bucket/art' has an unsupported scheme; use a local dir or s3://"):
+        FederatedDataset.load("gs://bucket/art")
+
+
 def test_view_hides_ground_truth(fed):
     view = fed.view()
     for name in ("y_true", "truth", "is_noisy_sample", "is_noisy_client", "realized_rate"):

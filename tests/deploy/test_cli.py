@@ -89,3 +89,57 @@ def test_render_uses_fedcore_image_for_the_project_image(monkeypatch):
     images = {c["image"] for o in deploy.load_objects(result.stdout) for c in containers(o)}
     assert "registry.example.com/team/fedcore:0.1.0-rc1" in images and env.DEFAULT_IMAGE not in images
     assert env.MLFLOW_IMAGE in images
+
+
+# -- through `main`, as the installed `fedcore` command runs (CliRunner uses click's standalone mode) --
+
+
+def test_failed_check_exits_1_through_main(monkeypatch, capsys):
+    # main() calls the app without standalone mode, where click returns typer.Exit's code
+    # instead of exiting with it: a failing check used to exit 0.
+    monkeypatch.setattr(deploy, "policy_violations", lambda objects: ["Deployment/x: container c: is privileged"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["deploy", "check", "--overlay", "local", "--k8s-version", "1.33.0"])
+    assert exit_info.value.code == 1
+    assert "local: 1 problem(s)" in capsys.readouterr().out
+
+
+def test_failed_smoke_exits_1_through_main(monkeypatch, capsys):
+    for name in env.REQUIRED_FOR_STACK:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["deploy", "smoke"])
+    assert exit_info.value.code == 1
+    assert "FAIL MLFLOW_TRACKING_URI is not set" in capsys.readouterr().out
+
+
+def test_passing_check_returns_normally_through_main(capsys):
+    cli.main(["deploy", "check", "--overlay", "local", "--k8s-version", "1.33.0"])
+    assert capsys.readouterr().out.strip() == "local: ok"
+
+
+def test_unknown_k8s_version_is_one_line_user_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["deploy", "check", "--overlay", "local", "--k8s-version", "9.99.0"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: Kubernetes version '9.99.0'") and "--k8s-version" in err and "\n" not in err
+
+
+def test_render_out_onto_a_folder_is_refused_and_keeps_it(tmp_path, capsys):
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("kept")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["deploy", "render", "--out", str(folder)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a folder; pass a file path" in err and "\n" not in err
+    assert (folder / "mine.yaml").read_text() == "kept"
+
+
+def test_render_out_creates_missing_folders(tmp_path):
+    out = tmp_path / "new" / "dir" / "gpu.yaml"
+    cli.main(["deploy", "render", "--overlay", "gpu", "--out", str(out)])
+    assert deploy.load_objects(out.read_text()) == deploy.load_objects(deploy.render("gpu"))
+    assert [p.name for p in out.parent.iterdir()] == ["gpu.yaml"]  # no temp file left behind

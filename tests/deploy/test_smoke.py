@@ -160,3 +160,23 @@ def test_smoke_command_exit_codes(stack_env, monkeypatch):
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     bad = CliRunner().invoke(cli.app, ["deploy", "smoke"])
     assert bad.exit_code == 1 and "FAIL AWS_DEFAULT_REGION is not set" in bad.stdout
+
+
+def test_smoke_reports_malformed_settings_as_fail_lines(tmp_path):
+    # These used to escape as tracebacks (urllib/botocore ValueErrors, a bad addressing style).
+    malformed = {
+        "MLFLOW_TRACKING_URI": "mlflow.fedcore.svc:5000",
+        "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:{_closed_port()}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "FEDCORE_S3_ADDRESSING": "sideways",
+        "FEDCORE_CACHE": str(tmp_path / "cache"),
+    }
+    mlflow, bucket = deploy.smoke(env=malformed, timeout=2)
+    assert mlflow == "MLFLOW_TRACKING_URI 'mlflow.fedcore.svc:5000' is not an http(s):// URL; " \
+                     "fix it in the fedcore-env ConfigMap"
+    assert bucket.startswith(f"bucket s3://{env.S3_BUCKET}") and "sideways" in bucket
+    (_, bucket) = deploy.smoke(env={**malformed, "FEDCORE_S3_ADDRESSING": "path",
+                                    "MLFLOW_S3_ENDPOINT_URL": "seaweedfs:8333"}, timeout=2)
+    assert "not usable: Invalid endpoint: seaweedfs:8333" in bucket

@@ -207,3 +207,29 @@ def test_callback_over_two_stage_components(new_tracker, tmp_path):
     assert [m.step for m in client.get_metric_history(run.info.run_id, "final/acc")] == [2]
     assert files == {"checkpoints/identify/identify.ckpt"}
     assert not [k for k in run.data.tags if k.startswith("changed_param")]
+
+
+def test_unreachable_s3_artifact_store_is_a_one_line_tracking_error(store_dir, monkeypatch, request):
+    # Artifact uploads go from this client straight to S3; boto errors used to escape as tracebacks.
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    tracker = MlflowTracker(None, request.node.name, artifact_location="s3://fedcore/mlflow", base_dir=store_dir)
+    cfg = ExperimentConfig.model_validate({"tracking": {"backend": "mlflow"}})
+    cb = TrackingCallback(tracker, cfg, data_sha256="d" * 64)
+
+    with pytest.raises(TrackingError) as err:
+        cb.on_run_start({})
+    cb.on_failure(err.value)
+
+    text = str(err.value)
+    assert text.startswith("MLflow upload of config.yaml failed on its S3 artifact store")
+    assert "MLFLOW_S3_ENDPOINT_URL" in text and "\n" not in text
+    run = client_for(tracker).get_run(cb.run_id)
+    assert run.info.status == "FAILED" and run.data.tags["error"].startswith("MLflow upload of config.yaml")

@@ -1,0 +1,97 @@
+"""Bad input through `fedcore` itself (`cli.main`): one line on stderr, exit code 2, nothing lost.
+
+Cases that need a prepared run or artifact live next to their subject (tests/engine/test_run.py,
+tests/data/test_federated.py, tests/deploy/test_cli.py); these need only configs/.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fedcore import cli
+
+CONFIG = "configs/quickstart.yaml"
+
+
+def _fails(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in captured.err
+    return err
+
+
+def test_unknown_show_format_is_refused(capsys):
+    # It used to print JSON for any value but 'yaml'.
+    assert "pass --format yaml or --format json" in _fails(["config", "show", CONFIG, "--format", "xml"], capsys)
+
+
+def test_override_with_an_empty_key_says_how_to_write_one(capsys):
+    assert "write it as key.path=value" in _fails(["config", "show", CONFIG, "--set", "=3"], capsys)
+
+
+@pytest.mark.parametrize("content", [
+    "[1, 2]",
+    '{"method": "fedavg", "summary": null}',
+    '{"method": "fedavg", "summary": {"final/acc": "high"}}',
+])
+def test_compare_on_a_malformed_metrics_file(tmp_path, capsys, content):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(content)
+    err = _fails(["compare", str(run)], capsys)
+    assert err == f"error: '{run / 'metrics.json'}' is corrupt; re-run the experiment"
+    assert (run / "metrics.json").read_text() == content
+
+
+def test_data_root_with_an_unsupported_scheme(tmp_path, capsys):
+    out = tmp_path / "art"
+    err = _fails(["data", "prepare", CONFIG, "--set", "data.name=mnist", "--set", "data.root=gs://bucket/mnist",
+                  "--out", str(out)], capsys)
+    assert "data.root 'gs://bucket/mnist' has an unsupported scheme; use a local dir or s3://" in err
+    assert not out.exists()
+
+
+def test_run_data_with_an_unsupported_scheme_leaves_no_run_dir(tmp_path, capsys):
+    out = tmp_path / "run"
+    err = _fails(["run", CONFIG, "--data", "gs://bucket/art", "--out", str(out), "--no-progress"], capsys)
+    assert "'gs://bucket/art' has an unsupported scheme" in err
+    assert not out.exists()
+
+
+def test_pipeline_compile_out_onto_a_folder(tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("kept")
+    err = _fails(["pipeline", "compile", "experiment", CONFIG, "--out", str(tmp_path)], capsys)
+    assert "is a folder; pass a file path" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]  # no temp package left behind
+    assert (tmp_path / "keep.txt").read_text() == "kept"
+
+
+def test_pipeline_run_out_onto_a_file(tmp_path, capsys):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("keep me")
+    err = _fails(["pipeline", "run", "experiment", CONFIG, "--local", "--out", str(mine)], capsys)
+    assert "is a file; pass a folder for the pipeline's run dir" in err
+    assert mine.read_text() == "keep me"
+
+
+def test_a_failed_local_pipeline_names_the_tasks_own_error(tmp_path):
+    """`pipeline run --local` surfaces the task's one-line fedcore error, not only kfp's "Inner task failed"."""
+    from pipelines.runner import task_error
+
+    log = tmp_path / "kfp-local.log"
+    assert task_error(log) is None  # no log yet (the run died before any task)
+    log.write_text(
+        "    raise DataError(f\"data.root '{root}' is not a directory\")\n"
+        "    fedcore.errors.ConfigError: an earlier task's error\n"
+        "    fedcore.errors.DataError: data.root '/nope' is not a directory; it should hold MNIST/raw/...\n"
+        "    \n"
+        "20:53:40.953 - ERROR - Task \x1b[96m'prepare-data'\x1b[0m finished with status \x1b[91mFAILURE\x1b[0m\n"
+    )
+    assert task_error(log) == "data.root '/nope' is not a directory; it should hold MNIST/raw/..."
+    # Only this run's part of the (appended) log counts: an earlier run's error is not reported again.
+    assert task_error(log, start=log.stat().st_size) is None
+    log.write_text("Task 'train' finished with status FAILURE\nRuntimeError: CUDA out of memory\n")
+    assert task_error(log) is None  # not a fedcore error: the message keeps pointing at the log only
