@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.errors import ArtifactError, StorageError
+from fedcore.fileio import MB, publish, sha256_file
 
-MB = 1024 * 1024
 _SMALL = 8 * MB  # below this, one plain GET beats a managed (possibly multipart) transfer
 SHA_KEY = "sha256"  # object metadata key holding the content's hex sha256
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL")
@@ -239,32 +239,6 @@ def list_objects(uri: str, delimiter: str = "") -> tuple[list[dict[str, Any]], l
             objects += [o for o in page.get("Contents", []) if not o["Key"].endswith("/")]
             prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
     return objects, prefixes
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a local file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(MB):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _read_umask() -> int:
-    # Setting the umask to read it is process-wide, so do it once, at import, before any
-    # worker thread could create a file during the window.
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
-
-
-_UMASK = _read_umask()
-
-
-def publish(tmp: str | os.PathLike[str], dest: Path) -> None:
-    """Rename a finished temp file onto `dest` with the permissions a plain open() would give."""
-    os.chmod(tmp, 0o666 & ~_UMASK)
-    os.replace(tmp, dest)
 
 
 def put_file(src: Path, uri: str, threshold: int, chunk: int) -> str:

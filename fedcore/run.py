@@ -21,12 +21,13 @@ import torch
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedDataset, build_federated_dataset
 from fedcore.engine.callbacks import Callback
-from fedcore.engine.checkpoint import Checkpointer, atomic_write_bytes, load_checkpoint, restore
+from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
 from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
 from fedcore.engine.types import RunContext, ServerState
 from fedcore.errors import ConfigError
+from fedcore.fileio import atomic_write_bytes
 from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import summarize_history
 from fedcore.metrics.scoring import Evaluator, Scorer

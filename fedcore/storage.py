@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from fedcore import _s3
-from fedcore._s3 import MB, endpoint_url, is_s3, parse_s3, sha256_file
+from fedcore._s3 import endpoint_url, is_s3, parse_s3
 from fedcore.errors import StorageError
+from fedcore.fileio import MB, publish, sha256_file
 
 __all__ = [
     "atomic_write", "copy_to", "download_dir", "download_file", "endpoint_url", "exists", "is_s3",
@@ -59,7 +60,7 @@ def atomic_write(path: PathOrUri, mode: str = "wb", encoding: str | None = None)
             yield f
             f.flush()
             os.fsync(f.fileno())
-        _s3.publish(tmp, dest)
+        publish(tmp, dest)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

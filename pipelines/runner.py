@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 import yaml
 
 from fedcore.errors import ArtifactError, UserError
+from fedcore.fileio import publish
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TASK_DONE = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
@@ -39,7 +40,7 @@ def compile_pipeline(pipeline: Any, out: str | Path) -> Path:
     os.close(fd)
     try:
         compiler.Compiler().compile(pipeline, tmp)
-        os.replace(tmp, out)
+        publish(tmp, out)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return out

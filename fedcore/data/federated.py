@@ -13,7 +13,6 @@ get a `FederatedView`, which carries no ground truth at all.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ import torch
 import fedcore
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ArtifactError
+from fedcore.fileio import publish_dir, sha256_file
 
 FORMAT_VERSION = 1
 FILES = ("data.pt", "truth.pt", "scene.json")
@@ -99,6 +99,7 @@ class FederatedDataset:
                 "files": {name: sha256_file(tmp / name) for name in FILES},
             }
             (tmp / "manifest.json").write_text(json.dumps(self.manifest, indent=2, sort_keys=True))
+            publish_dir(tmp)
             _replace_dir(tmp, out)
         finally:
             if tmp.exists():
@@ -170,14 +171,6 @@ class FederatedView:
     @property
     def num_clients(self) -> int:
         return len(self.client_indices)
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _replace_dir(tmp: Path, out: Path) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from fedcore.engine.loop import LoopState
 from fedcore.engine.store import ClientStateStore
 from fedcore.engine.types import ServerState
 from fedcore.errors import ArtifactError
+from fedcore.fileio import atomic_write_bytes
 
 FORMAT = 1
 
@@ -53,20 +52,6 @@ class Checkpointer:
             atomic_write_bytes(self.dir / "latest.pt", data)
             atomic_write_bytes(self.dir / "latest.sha256", hashlib.sha256(data).hexdigest().encode())
         return path
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def find_checkpoint(path: Path) -> Path:

@@ -196,3 +196,19 @@ def test_summary_keeps_aggregate_metrics_and_drops_per_client_ones():
     s = summarize(hist, "single")
     assert s["last/detect/client_f1"] == 1.0 and s["final/acc"] == 0.5
     assert not any("client_07" in k for k in s)
+
+
+def test_run_outputs_and_data_artifacts_get_the_permissions_of_plain_files(tmp_path, artifact):
+    """Outputs land via temp files (created 0600); they must end as readable as a plain open()
+    makes them, or a pod or user sharing the volume (MLflow, the next pipeline task) cannot read them."""
+    plain_file, plain_dir = tmp_path / "plain", tmp_path / "plain-dir"
+    plain_file.write_bytes(b"x")
+    plain_dir.mkdir()
+    cfg = load_config("configs/quickstart.yaml", [*FAST, "train.rounds=2"])
+    run_experiment(cfg, tmp_path / "run", data=artifact)
+    written = [*(tmp_path / "run").glob("*.*"), *(tmp_path / "run" / "checkpoints").iterdir()]
+    assert {"metrics.json", "model.pt", "latest.pt"} <= {p.name for p in written}
+    assert {p.stat().st_mode for p in written} == {plain_file.stat().st_mode}
+    saved = build(cfg).save(tmp_path / "art")
+    assert saved.stat().st_mode == plain_dir.stat().st_mode
+    assert {p.stat().st_mode for p in saved.iterdir()} == {plain_file.stat().st_mode}

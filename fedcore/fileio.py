@@ -1,0 +1,63 @@
+"""Local file primitives shared by storage, checkpoints, run outputs and dataset artifacts.
+
+One place decides how a finished file lands: written to a temp file beside it, fsynced,
+given the permissions a plain open() would give (temp files are created 0600, which would
+hide run outputs from the other users or pods that share a volume), then renamed onto the
+destination, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+MB = 1024 * 1024
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a local file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(MB):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_umask() -> int:
+    # Setting the umask to read it is process-wide, so do it once, at import, before any
+    # worker thread could create a file during the window.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+_UMASK = _read_umask()
+
+
+def publish(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """Rename a finished temp file onto `dest` with the permissions a plain open() would give."""
+    os.chmod(tmp, 0o666 & ~_UMASK)
+    os.replace(tmp, dest)
+
+
+def publish_dir(tmp: str | os.PathLike[str]) -> None:
+    """Give a mkdtemp() folder (0700) the permissions a plain mkdir() would give."""
+    os.chmod(tmp, 0o777 & ~_UMASK)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` to `path` atomically (parents created); on failure `path` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        publish(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
