@@ -65,11 +65,11 @@ def config_show(
     fmt: Annotated[str, typer.Option("--format", help="yaml or json")] = "yaml",
 ) -> None:
     """Print the resolved config (defaults filled in, overrides applied) and its hash."""
-    from fedcore.config import load_config
+    from fedcore.config import check_names, load_config
 
     if fmt not in ("yaml", "json"):  # anything else used to print JSON silently
         raise UserError(f"--format '{fmt}' is not supported; pass --format yaml or --format json")
-    cfg = load_config(config, set_)
+    cfg = check_names(load_config(config, set_))
     text = cfg.to_yaml() if fmt == "yaml" else cfg.model_dump_json(indent=2)
     console.print(text, markup=False, highlight=False)
     console.print(f"# config_hash: {cfg.config_hash()}", markup=False, highlight=False)

@@ -54,11 +54,11 @@ def local_resources(res: Any) -> Any:
 
 def load_pipeline_config(config: Path | None, overrides: list[str] | None, tracking: bool, local_root: Path | None):
     """The config a pipeline is compiled from; tracking on by default, pinned to a local store for --local."""
-    from fedcore.config import load_config
+    from fedcore.config import check_names, load_config
     from fedcore.quickstart import find_config
 
     extra = ["tracking.backend=mlflow"] if tracking else ["tracking.backend=none"]
-    cfg = load_config(config or find_config(), [*extra, *(overrides or [])])
+    cfg = check_names(load_config(config or find_config(), [*extra, *(overrides or [])]))
     if tracking and local_root is not None and not cfg.tracking.uri:
         cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update=local_store(local_root))})
     return cfg

@@ -283,3 +283,20 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     if not isinstance(data, dict):
         raise ConfigError(f"config file '{p}' must hold a mapping of sections (data, partition, noise, ...)")
     return config_from_dict(data, overrides)
+
+
+def check_names(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Refuse a data.name or model.name no loader or builder is registered for.
+
+    Not part of validation because the registries import torchvision (seconds per config
+    load, in every pipeline task); the commands that ship a config elsewhere (pipeline
+    compile/submit/schedule, config show) call it, so a typo fails here, not on the cluster.
+    """
+    from fedcore.data.datasets import available_datasets
+    from fedcore.models.base import available_models
+
+    for key, name, known in (("data.name", cfg.data.name, available_datasets()),
+                             ("model.name", cfg.model.name, available_models())):
+        if name not in known:
+            raise ConfigError(f"unknown {key} '{name}'; choose one of: {', '.join(known)}")
+    return cfg

@@ -95,3 +95,23 @@ def test_a_failed_local_pipeline_names_the_tasks_own_error(tmp_path):
     assert task_error(log, start=log.stat().st_size) is None
     log.write_text("Task 'train' finished with status FAILURE\nRuntimeError: CUDA out of memory\n")
     assert task_error(log) is None  # not a fedcore error: the message keeps pointing at the log only
+
+
+def test_unknown_dataset_or_model_fails_before_a_config_is_shipped(tmp_path, capsys):
+    """A typo in data.name / model.name must not first surface in a pipeline task on the cluster."""
+    err = _fails(["config", "show", CONFIG, "--set", "model.name=resnet19"], capsys)
+    assert "unknown model.name 'resnet19'" in err and "resnet18" in err
+    out = tmp_path / "p.yaml"
+    err = _fails(["pipeline", "compile", "experiment", CONFIG, "--set", "data.name=mnsit", "--out", str(out)], capsys)
+    assert "unknown data.name 'mnsit'" in err and "mnist" in err
+    assert not out.exists()
+
+
+def test_a_sweep_setting_with_an_unknown_dataset_is_refused_at_plan_time():
+    from fedcore.config import load_config
+    from fedcore.errors import ConfigError
+    from fedcore.pipeline.plan import SweepSpec, plan_sweep
+
+    spec = SweepSpec(methods=["fedavg"], seeds=[0], settings={"bad": ["data.name=cifar11"]})
+    with pytest.raises(ConfigError, match="unknown data.name 'cifar11'"):
+        plan_sweep(load_config(CONFIG), spec)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fedcore.config import ExperimentConfig, config_from_dict
+from fedcore.config import ExperimentConfig, check_names, config_from_dict
 from fedcore.errors import ConfigError
 
 
@@ -120,7 +120,7 @@ def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
     settings = spec.settings or {noise_label(base): []}
     plans = []
     for name, set_overrides in settings.items():
-        set_cfg = apply(base, set_overrides)
+        set_cfg = check_names(apply(base, set_overrides))  # a setting may switch dataset or model
         runs = []
         for method in methods:
             for seed in seeds:
