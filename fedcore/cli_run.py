@@ -63,19 +63,23 @@ def run(
 
 
 def check_run_dir(out: Path, resume: Path | None) -> None:
-    """Refuse an --out that is a file or would overwrite a finished run.
+    """Refuse an --out that is a file or would overwrite a run.
 
-    A finished run dir is only written again when it is the one being resumed; a fresh run
-    there would silently replace its model, metrics and checkpoints. An interrupted one (no
-    metrics.json) may be restarted: scripts that skip finished runs and redo the rest rely on it.
+    A run dir (finished, or interrupted with checkpoints) is only written again when it is the
+    one being resumed; a fresh run there would silently replace its model, metrics and
+    checkpoints. Scripts that redo unfinished runs pass --resume when checkpoints exist.
     """
     from fedcore.errors import UserError
 
     if out.exists() and not out.is_dir():
         raise UserError(f"--out '{out}' is a file; pass a folder for the run")
-    finished = (out / "metrics.json").is_file()
-    if finished and (resume is None or not resume.resolve().is_relative_to(out.resolve())):
-        raise UserError(f"'{out}' already holds a finished run; continue it with --resume {out}, "
+    if resume is not None and resume.resolve().is_relative_to(out.resolve()):
+        return
+    if (out / "metrics.json").is_file():
+        raise UserError(f"'{out}' already holds a finished run; continue it with --resume {out} "
+                        "(a larger train.rounds trains more rounds), or choose another --out")
+    if any((out / "checkpoints").glob("*.pt")):
+        raise UserError(f"'{out}' holds an interrupted run; continue it with --resume {out}, "
                         "or choose another --out")
 
 

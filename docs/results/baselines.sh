@@ -4,6 +4,8 @@
 # every label 60% symmetric noise, 40 rounds), where DivideMix's own paper setting applies.
 # Usage: docs/results/baselines.sh [OUT] [JOBS]   (defaults: runs/baselines, 1); prints the table.
 set -euo pipefail
+# An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.
+resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
 OUT=${1:-runs/baselines}
 JOBS=${2:-1}
 PY=${PY:-.venv/bin/python}
@@ -18,7 +20,7 @@ for seed in 0 1 2; do
   [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare configs/quickstart.yaml --out "$data" -s seed=$seed $SETTING > /dev/null
   for m in fedavg fedcorr dividemix fedgr; do
     run=$OUT/$m/s$seed
-    [ -f "$run/metrics.json" ] || echo "$PY -m fedcore run configs/quickstart.yaml --data $data --out $run --no-progress \
+    [ -f "$run/metrics.json" ] || echo "$PY -m fedcore run configs/quickstart.yaml --data $data --out $run $(resume_flag "$run") --no-progress \
 -s seed=$seed -s method.name=$m $SETTING > /dev/null" >> "$jobs_file"
   done
 done

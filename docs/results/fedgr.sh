@@ -11,6 +11,8 @@
 #        .venv/bin/python docs/results/fedgr_table.py --sens runs/fedgr-sens runs/fedgr
 # Extra rows (main mode): EXTRA='name=-s a=b -s c=d' adds one more variant (see fedgr.md).
 set -euo pipefail
+# An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.
+resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
 OUT=${1:-runs/fedgr}
 JOBS=${2:-1}
 MODE=${3:-main}
@@ -76,7 +78,7 @@ for row in "${ROWS[@]}"; do
       [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "$cfg" --out "$data" -s seed=$seed > /dev/null
       run=$OUT/$preset/$name/s$seed
       [ -f "$run/metrics.json" ] && continue
-      echo "$PY -m fedcore run $cfg --data $data --out $run -s seed=$seed $args --no-progress > /dev/null" >> "$jobs_file"
+      echo "$PY -m fedcore run $cfg --data $data --out $run $(resume_flag "$run") -s seed=$seed $args --no-progress > /dev/null" >> "$jobs_file"
     done
   done
 done

@@ -10,6 +10,8 @@
 #   SETTINGS="occluded" ONLY="fedavg fedavg_iid" bash docs/results/fedharmony.sh runs/fh 3 4 5
 #   runs a subset (here: the held-out drift-cost check).
 set -euo pipefail
+# An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.
+resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
 OUT=${1:-runs/fedharmony}
 shift || true
 SEEDS=${*:-0 1 2}
@@ -56,7 +58,7 @@ for setting in $SETTINGS; do
       split=natural; [ "$v" = fedavg_iid ] && split=iid
       # shellcheck disable=SC2086
       nice -n 10 "$FEDCORE" run "$CFG" -s seed="$seed" ${DATA[$setting]} ${VARIANTS[$v]} \
-        --data "$OUT/$setting/data-$split-s$seed" --out "$run" --no-progress >/dev/null
+        --data "$OUT/$setting/data-$split-s$seed" --out "$run" $(resume_flag "$run") --no-progress >/dev/null
     done
   done
 done

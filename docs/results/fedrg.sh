@@ -4,6 +4,8 @@
 #   bash docs/results/fedrg.sh [OUT] [VARIANTS...]     (default OUT=runs/fedrg, all variants)
 # Runs two at a time, one thread each, niced; finished runs (metrics.json) are skipped.
 set -euo pipefail
+# An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.
+resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
 OUT=${1:-runs/fedrg}; shift || true
 PY=${PY:-.venv/bin/python}
 SEEDS=${SEEDS:-"0 1 2"}
@@ -39,7 +41,7 @@ for sc in $SCENARIOS; do
       args=$(variant_args "$v") || exit 2
       run=$OUT/$sc/$v/s$s
       [ -f "$run/metrics.json" ] && continue
-      echo "nice -n 10 $PY -m fedcore run $cfg --data $data --out $run -s seed=$s $args --no-progress > /dev/null 2>&1 || echo FAILED $run" >> "$jobs_file"
+      echo "nice -n 10 $PY -m fedcore run $cfg --data $data --out $run $(resume_flag "$run") -s seed=$s $args --no-progress > /dev/null 2>&1 || echo FAILED $run" >> "$jobs_file"
     done
   done
 done

@@ -7,6 +7,8 @@
 #   docs/results/fedsir.sh table [OUT]         print the tables
 # OUT defaults to runs/fedsir, JOBS (parallel runs) to 1.
 set -euo pipefail
+# An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.
+resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
 MODE=${1:-runs}
 OUT=${2:-runs/fedsir}
 JOBS=${3:-1}
@@ -48,17 +50,17 @@ for preset in fedsir_digits fedsir_digits_06; do
       for name in "${!VARIANTS[@]}"; do
         if [ "$seed" -gt 2 ] && [ "$name" != fedsir ]; then continue; fi
         run=$OUT/$preset/$name/s$seed
-        [ -f "$run/metrics.json" ] || echo "$PY -m fedcore run $run_args --out $run ${VARIANTS[$name]} > /dev/null" >> "$jobs_file"
+        [ -f "$run/metrics.json" ] || echo "$PY -m fedcore run $run_args --out $run $(resume_flag "$run") ${VARIANTS[$name]} > /dev/null" >> "$jobs_file"
       done
       # Ceiling: FedAvg on the same partition with every label clean (its own data, built in-process).
       run=$OUT/$preset/fedavg-noisefree/s$seed
       [ "$seed" -gt 2 ] || [ -f "$run/metrics.json" ] || echo "$PY -m fedcore run configs/$preset.yaml -s seed=$seed \
---no-progress --out $run -s noise.rate.value=0 ${VARIANTS[fedavg]} > /dev/null" >> "$jobs_file"
+--no-progress --out $run $(resume_flag "$run") -s noise.rate.value=0 ${VARIANTS[fedavg]} > /dev/null" >> "$jobs_file"
     else
       for s in "${SWEEP[@]}"; do
         read -r ep lr mn <<< "$s"
         run=$OUT/$MODE/$preset/e$ep-lr$lr-n$mn/s$seed
-        [ -f "$run/metrics.json" ] || echo "$PY -m fedcore run $run_args --out $run -s train.stage_rounds.train=0 \
+        [ -f "$run/metrics.json" ] || echo "$PY -m fedcore run $run_args --out $run $(resume_flag "$run") -s train.stage_rounds.train=0 \
 -s method.params.identify_epochs=$ep -s method.params.identify_lr=$lr -s method.params.min_class_n=$mn > /dev/null" >> "$jobs_file"
       done
     fi

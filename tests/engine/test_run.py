@@ -152,6 +152,22 @@ def test_cli_run_refuses_to_overwrite_an_existing_run(tmp_path, artifact, capsys
     assert json.loads((done / "metrics.json").read_bytes()) == json.loads(before[Path("metrics.json")])
 
 
+def test_cli_run_refuses_to_restart_an_interrupted_run_over_its_checkpoints(tmp_path, artifact, capsys):
+    from fedcore.cli import main
+
+    cfg = load_config("configs/quickstart.yaml", FAST)
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, cut, data=artifact, callbacks=[Crash(at=3)])
+    before = _files(cut)
+    args = ["--data", str(artifact), "--no-progress", *[x for o in FAST for x in ("--set", o)]]
+    err = _fails(["run", "configs/quickstart.yaml", "--out", str(cut), *args], capsys)
+    assert f"'{cut}' holds an interrupted run; continue it with --resume {cut}" in err
+    assert _files(cut) == before
+    main(["run", "configs/quickstart.yaml", "--resume", str(cut), *args])
+    assert (cut / "metrics.json").is_file()
+
+
 def test_cli_run_out_onto_a_file_is_a_user_error(tmp_path, artifact, capsys):
     mine = tmp_path / "notes.txt"
     mine.write_text("keep me")
