@@ -70,6 +70,21 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+@contextlib.contextmanager
+def _quiet_store_setup() -> Iterator[None]:
+    """Silence MLflow's INFO lines about creating and migrating a new sqlite store's tables:
+    they land on stderr, where fedcore keeps only what the user must act on."""
+    loggers = [logging.getLogger(n) for n in ("mlflow.store.db.utils", "alembic.runtime.migration")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
 def _connect_message(uri: str, exc: BaseException) -> str:
     text = str(exc)
     if uri.startswith(("http://", "https://")) and _UNREACHABLE.search(text):
@@ -116,7 +131,7 @@ class MlflowTracker(RunStack):
         self.artifact_root = artifact_location or default_artifacts
         super().__init__()
         self._params: dict[str, dict[str, str]] = {}
-        with _env(CONNECT_ENV):
+        with _env(CONNECT_ENV), _quiet_store_setup():
             try:
                 from mlflow import MlflowClient
 

@@ -55,6 +55,16 @@ def test_embedded_default_layout_and_ui_command(new_tracker, store_dir):
     )
 
 
+def test_a_new_store_is_created_without_mlflow_info_lines(tmp_path, capfd):
+    """Creating the sqlite tables used to print two INFO lines on stderr for every new store."""
+    import logging
+
+    tracker = MlflowTracker(f"sqlite:///{tmp_path}/new/mlflow.db", "quiet")
+    assert tracker.experiment_id and (tmp_path / "new" / "mlflow.db").is_file()  # a store was really set up
+    assert "database tables" not in capfd.readouterr().err
+    assert logging.getLogger("mlflow.store.db.utils").level == logging.NOTSET  # levels restored
+
+
 def test_resolve_uri_prefers_config_then_env_then_embedded(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking:5000")
 
