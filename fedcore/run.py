@@ -88,8 +88,7 @@ def run_experiment(
     loop_state = LoopState()
     if resume is not None:
         payload = load_checkpoint(Path(resume), cfg.resume_hash())
-        state, loop_state = restore(payload, device)
-        clients_state.load_state_dict(payload["clients"])
+        state, loop_state = restore(payload, device, clients_state)
         for cb, st in zip(cbs, payload["callbacks"], strict=False):
             cb.load_state_dict(st)
     evaluator = Evaluator(fed, device, ctx.store, memorization=cfg.train.memorization)

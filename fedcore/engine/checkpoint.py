@@ -87,11 +87,34 @@ def load_checkpoint(path: Path, config_hash: str | None = None) -> dict[str, Any
     return payload
 
 
-def restore(payload: dict[str, Any], device: torch.device) -> tuple[ServerState, LoopState]:
+def to_device(obj: Any, device: torch.device) -> Any:
+    """`obj` with every tensor inside (nested dicts, lists, tuples) moved to `device`; the rest as is."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [to_device(v, device) for v in obj]
+    if type(obj) is tuple:
+        return tuple(to_device(v, device) for v in obj)
+    return obj
+
+
+def restore(
+    payload: dict[str, Any], device: torch.device, clients: ClientStateStore | None = None
+) -> tuple[ServerState, LoopState]:
+    """Server and loop state from a `load_checkpoint` payload; per-client state into `clients`.
+
+    The payload was read with map_location="cpu". Every tensor goes back to the run's device,
+    not only the server params: method state (relabeled labels, KD masks, EMA teachers,
+    personal params, snapshots) is indexed with and combined with device tensors, and a CPU
+    copy would fail on CUDA (e.g. CPU labels indexed by the CUDA batch positions).
+    """
     s = payload["state"]
-    params = {k: v.to(device) for k, v in s["params"].items()}
-    state = ServerState(params=params, rnd=s["rnd"], stage=s["stage"], stage_round=s["stage_round"],
-                        extra=s["extra"])
+    state = ServerState(params=to_device(s["params"], device), rnd=s["rnd"], stage=s["stage"],
+                        stage_round=s["stage_round"], extra=to_device(s["extra"], device))
+    if clients is not None:
+        clients.load_state_dict(to_device(payload["clients"], device))
     lp = payload["loop"]
     torch.set_rng_state(payload["torch_rng"])
     return state, LoopState(stage_index=lp["stage_index"], history=lp["history"], stopped=lp["stopped"],
