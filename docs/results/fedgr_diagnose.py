@@ -31,7 +31,7 @@ def main(run: Path, data: Path) -> None:
     fed = FederatedDataset.load(data)
     ctx = make_context(cfg, fed, torch.device("cpu"))
     model = build_model(cfg.model, ctx.store.in_shape, fed.num_classes, seed=cfg.seed)
-    model.load_state_dict(torch.load(run / "model.pt"))
+    model.load_state_dict(torch.load(run / "model.pt", map_location="cpu"))
     model.eval()
     idx = np.concatenate([np.asarray(p) for p in fed.client_indices])
     y_true, noisy = fed.truth.y_true[idx], fed.truth.is_noisy_sample[idx]

@@ -33,7 +33,7 @@ from fedcore.stats.gmm import zscore
 
 def split_report(run: str, data: str) -> None:
     fed = FederatedDataset.load(data)
-    ck = torch.load(Path(run) / "checkpoints" / "latest.pt", weights_only=False)
+    ck = torch.load(Path(run) / "checkpoints" / "latest.pt", weights_only=False, map_location="cpu")
     sieve = ck["state"]["extra"].get("sieve")
     if not sieve:
         raise SystemExit(f"{run}: no sieve in the checkpoint (not a FedGR run, or it ended in warm-up)")
