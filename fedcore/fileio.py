@@ -8,10 +8,13 @@ destination, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 MB = 1024 * 1024
 
@@ -47,17 +50,25 @@ def publish_dir(tmp: str | os.PathLike[str]) -> None:
     os.chmod(tmp, 0o777 & ~_UMASK)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write `data` to `path` atomically (parents created); on failure `path` is left as it was."""
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb", encoding: str | None = None) -> Iterator[IO[Any]]:
+    """Yield a temp file beside `path` (parents created); on success fsync and publish it onto
+    `path`. On an exception the temp file is removed and `path` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with os.fdopen(fd, mode, encoding=encoding) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` to `path` atomically (see `atomic_open`)."""
+    with atomic_open(path, "wb") as f:
+        f.write(data)

@@ -23,7 +23,7 @@ from typing import IO, Any
 from fedcore import _s3
 from fedcore._s3 import endpoint_url, is_s3, parse_s3
 from fedcore.errors import StorageError
-from fedcore.fileio import MB, publish, sha256_file
+from fedcore.fileio import MB, atomic_open, sha256_file
 
 __all__ = [
     "atomic_write", "copy_to", "download_dir", "download_file", "endpoint_url", "exists", "is_s3",
@@ -52,19 +52,8 @@ def atomic_write(path: PathOrUri, mode: str = "wb", encoding: str | None = None)
                 yield f
             _s3.put_file(local, str(path), 64 * MB, 16 * MB)
         return
-    dest = _local(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode, encoding=encoding) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        publish(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_open(_local(path), mode, encoding) as f:
+        yield f
 
 
 def _local(path: PathOrUri) -> Path:
