@@ -43,7 +43,8 @@ class PartitionConfig(Strict):
     kind: PartitionKind = "dirichlet"
     num_clients: int = Field(10, ge=1)
     alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration (dirichlet, bernoulli_dirichlet)")
-    min_size: int = Field(10, ge=0, description="resample until every client holds at least this many")
+    # ge=1: an empty client has nothing to train or score, and its 0/0 loss turned into NaN weights.
+    min_size: int = Field(10, ge=1, description="resample until every client holds at least this many")
     p: float = Field(1.0, gt=0.0, le=1.0, description="bernoulli_dirichlet: probability a client holds a class")
     shards_per_client: int = Field(2, ge=1)
     beta: float = Field(0.5, gt=0.0, description="quantity skew: client sizes ~ Dir(beta)")

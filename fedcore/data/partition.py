@@ -51,8 +51,14 @@ def partition(
     if n < cfg.num_clients:
         raise ConfigError(f"{n} training samples cannot be split among {cfg.num_clients} clients")
     rng = np.random.default_rng([seed, _SALT])
-    parts = _PARTITIONERS[cfg.kind](labels, cfg, num_classes, rng, groups)
-    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+    parts = [np.sort(np.asarray(p, dtype=np.int64)) for p in _PARTITIONERS[cfg.kind](labels, cfg, num_classes, rng,
+                                                                                      groups)]
+    # Kinds without a min_size rule (shards, natural) must still leave no client empty.
+    empty = [k for k, p in enumerate(parts) if len(p) == 0]
+    if empty:
+        raise ConfigError(f"partition '{cfg.kind}' left {len(empty)} of {len(parts)} clients without samples "
+                          f"(e.g. client {empty[0]}); use fewer clients or a larger partition.alpha/beta")
+    return parts
 
 
 def class_histogram(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:

@@ -67,7 +67,7 @@ class ClientData:
         self, batch_size: int, gen: torch.Generator, epochs: int = 1, steps: int | None = None
     ) -> Iterator[torch.Tensor]:
         """Shuffled local positions, `epochs` passes or exactly `steps` batches."""
-        if self.n == 0:  # a client left empty (partition.min_size: 0): with `steps` this looped forever
+        if self.n == 0:  # partitions refuse empty clients; should one appear, `steps` would loop forever
             return
         done = 0
         while True:

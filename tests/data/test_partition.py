@@ -79,3 +79,23 @@ def test_natural_partition_needs_groups():
     groups = np.repeat(np.arange(5), 10)
     parts = partition(labels_for(50, 10, 0), PartitionConfig(kind="natural", num_clients=5), 10, 0, groups=groups)
     assert sorted(len(p) for p in parts) == [10] * 5
+
+
+def test_no_partition_leaves_a_client_empty():
+    # An empty client used to reach training, where its 0/0 loss made FedAvg's model NaN.
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="min_size"):
+        PartitionConfig(kind="dirichlet", num_clients=10, alpha=0.05, min_size=0)
+    # The built-in kinds without a min_size rule cannot leave one empty; a registered one can.
+    from fedcore.data import partition as part_mod
+
+    @part_mod.register_partition("test_lopsided")
+    def _lopsided(labels, cfg, num_classes, rng, groups):
+        return [np.arange(len(labels) - 1), np.array([len(labels) - 1]), np.array([], np.int64)]
+
+    try:
+        with pytest.raises(ConfigError, match="left 1 of 3 clients without samples"):
+            partition(np.arange(30) % 10, PartitionConfig.model_construct(kind="test_lopsided", num_clients=3), 10, 0)
+    finally:
+        part_mod._PARTITIONERS.pop("test_lopsided")
