@@ -73,10 +73,12 @@ def seeded_init(seed: int) -> Iterator[None]:
 
     torch.nn layers and torchvision models initialize from the global RNG and accept no
     generator, so the one way to make init a pure function of the seed is to seed that RNG.
-    Forking it first leaves the caller's stream exactly as it was on exit.
+    Forking it first leaves the caller's stream exactly as it was on exit. Models are built
+    on the CPU, so only the CPU generator is seeded: torch.manual_seed would also reseed the
+    CUDA generators, which fork_rng(devices=[]) does not restore.
     """
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.random.default_generator.manual_seed(seed)
         yield
 
 
