@@ -73,14 +73,36 @@ def test_weighted_average_by_hand_and_int_buffers():
         weighted_average([a, b], [0, 0])
 
 
-def test_sampler_deterministic_and_warmup_covers_every_client_once():
+def test_sampler_deterministic_and_uniform_after_the_warmup():
     s = ClientSampler(num_clients=10, fraction=0.3, seed=5, warmup_rounds=4)
-    warm = [s.sample(r) for r in range(4)]
-    assert sorted(c for r in warm for c in r) == list(range(10))
     assert [s.sample(r) for r in range(4, 20)] == [ClientSampler(10, 0.3, 5, 4).sample(r) for r in range(4, 20)]
     assert all(len(s.sample(r)) == 3 for r in range(4, 20))
     other = ClientSampler(10, 0.3, 6, 4)
     assert [s.sample(r) for r in range(4, 20)] != [other.sample(r) for r in range(4, 20)]
+
+
+def test_warmup_sweeps_every_client_once_per_pass():
+    # 12 clients, 3 per round: a pass is 4 rounds; 3 passes visit every client exactly once each.
+    s = ClientSampler(num_clients=12, fraction=0.25, seed=1, warmup_rounds=12)
+    rounds = [s.sample(r) for r in range(12)]
+    assert all(len(c) == 3 and len(set(c)) == 3 for c in rounds)
+    for p in range(3):
+        assert sorted(c for r in rounds[4 * p:4 * p + 4] for c in r) == list(range(12))
+    assert rounds[:4] != rounds[4:8]  # each pass is a fresh permutation
+    assert ClientSampler(12, 0.25, 1, 12).sample(7) == rounds[7]  # any round alone, same cohort (resume)
+
+
+def test_warmup_cohort_never_shrinks_when_the_fraction_does_not_divide():
+    # 10 clients, 3 per round: a round straddles two passes and tops up from the next one.
+    s = ClientSampler(num_clients=10, fraction=0.3, seed=5, warmup_rounds=20)
+    rounds = [s.sample(r) for r in range(20)]
+    assert all(len(c) == 3 and len(set(c)) == 3 for c in rounds)
+    assert sorted({c for r in rounds[:4] for c in r}) == list(range(10))  # one pass within ceil(10/3) rounds
+    visits = np.bincount([c for r in rounds for c in r], minlength=10)
+    assert visits.sum() == 60 and visits.max() - visits.min() <= 1  # 6 each, give or take the open pass
+    full = ClientSampler(num_clients=20, fraction=1.0, seed=0, warmup_rounds=5)
+    assert all(full.sample(r) == list(range(20)) for r in range(5))  # full participation: nothing changes
+    assert s.rounds_per_pass == 4 and full.rounds_per_pass == 1
 
 
 class StagedToy(ToyMethod):
