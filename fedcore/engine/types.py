@@ -94,17 +94,21 @@ class Estimates:
     client_rate: estimated noise rate per client. client_noisy: identification verdicts.
     sample_noisy: detector name -> client -> bool mask over the client's samples
     ("main" is the method's own detector). labels: client -> current working labels
-    (relabeling). extra: anything to keep as an artifact (e.g. descriptor scatter).
+    (relabeling). local_pred: client -> the local model's predicted class for each of the
+    client's samples after its local training (the scorer reads the truth to turn these into
+    local memorization). extra: anything to keep as an artifact (e.g. descriptor scatter).
     """
 
     client_rate: dict[int, float] = field(default_factory=dict)
     client_noisy: dict[int, bool] = field(default_factory=dict)
     sample_noisy: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
     labels: dict[int, np.ndarray] = field(default_factory=dict)
+    local_pred: dict[int, np.ndarray] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        return not (self.client_rate or self.client_noisy or self.sample_noisy or self.labels or self.extra)
+        return not (self.client_rate or self.client_noisy or self.sample_noisy or self.labels or self.local_pred
+                    or self.extra)
 
 
 @dataclass

@@ -46,6 +46,8 @@ class Scorer:
             out.update({f"{prefix}_{k}": v for k, v in self.samples(masks).items()})
         if est.labels and not self.multi:
             out.update({f"relabel/{k}": v for k, v in self.relabels(est.labels).items()})
+        if est.local_pred and not self.multi:
+            out.update(self.local_memorization(est.local_pred))
         return out
 
     def rates(self, client_rate: dict[int, float]) -> dict[str, float]:
@@ -69,6 +71,22 @@ class Scorer:
             given = np.concatenate([self.y_orig[self.parts[c]] for c in masks])
             out["label_nmi"] = flag_dependence(pooled_pred, given)
             out["noise_nmi"] = flag_dependence(pooled_pred, pooled_true)
+        return out
+
+    def local_memorization(self, preds: dict[int, np.ndarray]) -> dict[str, float]:
+        """FedGR's premise check: how much each client's local model, at the end of its local
+        training, predicts the given label on its own truly noisy samples; pooled over the
+        cohort's noisy samples (`train/local_memorization`) and per client (clients holding
+        noisy samples only, so that no NaN enters the history)."""
+        out, hits, total = {}, 0, 0
+        for c in sorted(preds):
+            noisy = self.truth.is_noisy_sample[self.parts[c]]
+            match = np.asarray(preds[c])[noisy] == self.y_orig[self.parts[c]][noisy]
+            hits, total = hits + int(match.sum()), total + int(noisy.sum())
+            if noisy.any():
+                out[f"train/local_memorization/client_{c:02d}"] = float(match.mean())
+        if total:
+            out["train/local_memorization"] = hits / total
         return out
 
     def relabels(self, labels: dict[int, np.ndarray]) -> dict[str, float]:
