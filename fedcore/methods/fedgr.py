@@ -1,112 +1,78 @@
-"""FedGR: the global model as a reviser of noisy local training.
+"""FedGR: the global model as a reviser of noisy local training (spec v2).
 
 "Learning Locally, Revising Globally: Global Reviser for Federated Learning with Noisy
-Labels." ICML 2026, arXiv:2412.00452. Spec: /work/shared/spec/fedgr.md.
+Labels." ICML 2026, arXiv:2412.00452. Spec: /work/shared/spec/fedgr.md (v2), which follows
+a development snapshot of the first author's code (slyviacassell/FedGR, read for facts only).
 
-Round t, client k (after `alpha` warm-up rounds; `train.warmup_rounds` makes the sampler
-visit every client once during them):
+Round t, client k, with the global model w^t:
+1. Surrogate: CE(w^t(x), y_hat) on the un-augmented image, folded into a running mean over
+   every visit since round 0; the mean (one float per sample) is uploaded with the update.
+2. Server: one 2-component GMM on the cohort's pooled surrogates (`stats.sieving`; lower
+   mean = clean); each client's q and r_k = share of q < 0.5 reach it at its next visit.
+3. Warm-up (`warmup_passes` passes, capped by `warmup_rounds`): CE on the given labels plus
+   lambda_R * R; the engine's sampler sweeps the clients without replacement meanwhile.
+4. After it: label refining (`train.refine`; the cache keeps given labels of GMM-clean
+   samples and confident FixMatch pseudo-labels of flagged ones): r_k < beta trains on
+   q CE(y_hat) + (1 - q) CE(y_cached); r_k >= beta on the cached labels only.
+5. Teacher: w_ema <- gamma_g w_ema + (1 - gamma_g) w^t at the visit's start (w^t itself on
+   the first visit, or when r_k > beta and the cache covers < half the samples); its
+   weak-view logits are computed once; per step w_ema <- d w_ema + (1 - d) w_k, d ramped.
+   L = L_SR(strong) + lambda_B KL(teacher/T || student/T) + lambda_R KL(f_g(weak)/T' || f_k(strong)/T').
 
-1. Probe phase (`RoundPlan.probe`, no training): the client scores a weak view of every
-   local sample with w_g^{t-1}, appends CE(p_g, y_hat) to the sample's window of the last
-   `t_obs` observations and uploads the window means lbar (one float per sample).
-2. The server pools lbar over the round's cohort, fits one 2-component GMM (lower mean =
-   clean, `stats.sieving`) and sends each client its q and r_k, all within the round.
-3. The client refines its targets (three tiers, `train.refine`), revises its EMA teacher
-   (`train.ema.revise`), computes the teacher's weak-view logits once, and trains on
-   L = L_SR(strong view) + lambda_B * KL(teacher/tau || student/tau) + lambda_R * (1 - cos)
-   between its backbone and the frozen global backbone on the weak view.
+v1 -> v2 (each v1 value stays a param value; see `fedgr_params`): warm-up one pass split over
+the rounds -> 10 passes (the v1 sampler that shrank the cohort is gone from the engine);
+surrogate on a weak view with a window of 5 from the hand-over on -> plain image, running
+mean from round 0; sieve probed and used in the same round -> uploaded with the update and
+used at the next visit; r_k = mean(1 - q) -> share of q < 0.5; GMM reg_covar 1e-6/100
+iterations/tol 1e-3 -> 5e-4/50/1e-2; beta 0.4 -> 0.8; tau_conf 0.95 -> 0.9; tier 3 trained
+every sample on this round's pseudo-labels -> GMM-clean samples keep y_hat and flagged ones
+use the cache; gamma_g 0.5 -> 0.9; constant per-step decay -> ramped; no teacher reset ->
+reset rule; T 1 -> 0.5; R = 1 - cos on the weak view -> embedding KL, student on the strong
+view; warm-up on the weak view without R -> the student's view with R.
 
-Choices (all params): t_obs=5; r_k = mean(1 - q) ('mean') or share of q < 0.5
-('threshold'); refit every round; beta=0.4; tau_conf=0.95; gamma_g=0.5; gamma_l=0.99;
-tau=1; lambda_B=1; lambda_R=0.1; strong view = FixMatch RandAugment (2 ops, magnitude
-1.0, cutout 0.5) -- magnitude and cutout are params because 8x8 digits are small;
-warmup_rounds (alpha) defaults to train.warmup_rounds, or to 5 when the config has no
-warm-up (sieving a random initialization is meaningless). Variants, off by default:
-clean_keep_label keeps the given label of q >= 0.5 samples in the r_k >= beta tier too;
-soft_pseudo uses the global model's whole weak-view softmax as y_pse instead of its argmax
-(the paper writes y_pse into a soft mixture but does not say which); tau_conf=0 uses every
-pseudo-label (no FixMatch mask).
-Ablations: sieving=False fits one GMM per client ("w/o FS"); refine=False trains on the
-given labels of the q >= 0.5 samples only ("w/o LR": selection without relabeling);
-ema_distill=False drops B; rep_reg=False drops R.
-
-Departures and decisions the paper leaves open:
-- The weak view of each sample is drawn once per round and shared by the surrogate, the
-  pseudo-labels and the teacher logits: the probe and the main phase draw it first from
-  the same (seed, round, client) stream, so both see the same view. Pseudo-labels are
-  therefore fixed for the round rather than recomputed per batch (the global model is
-  frozen within a round anyway).
-- Loss observations start at the first post-warm-up participation: warm-up models (the
-  first is the random initialization) would otherwise sit in the window for t_obs visits.
-- Warm-up rounds are FedAvg rounds (CE on the given labels) on the weak view: the global
-  model must know the view it later scores for the surrogate and the pseudo-labels (an MLP
-  trained on plain 8x8 digits sieves a 1-pixel-shifted view barely better than chance).
-- L_SR sums the kept samples' soft CE and divides by the batch size (FixMatch).
-- The cohort is chosen by the method with the engine's `ClientSampler` (same seed, same
-  warm-up) because the probe phase must know it before the round starts.
-- Every client receives the whole q/r mapping in its instructions (a simulation shortcut;
-  a deployment would send each client its own entry).
-
-On the digits presets these defaults fall far below FedAvg, and no setting of tau_conf (0.95,
-0.8, 0.6, 0), soft pseudo-labels, alpha (5, 20), model (mlp, cnn), strong-view strength or
-local epochs (2, 5) that we measured closes the gap: tier 3 either starves (nothing reaches
-tau_conf) or, without the mask, self-trains on the class-biased pseudo-labels of a weak
-hand-over model and collapses to one class within a few rounds. The untrained hand-over
-model also makes the raw pooled GMM split by given class, and that split locks in
-(detect/sample_label_nmi shows it). An audit against the spec found no implementation
-error, so the defaults stay the spec's; docs/results/fedgr.md has the audit, the
-sensitivity numbers and the mechanism.
+Where the authors' code and the spec v2 text disagree, the default follows the code and the
+text stays a param value: the cache holds given labels of GMM-clean samples too (`cache`),
+an uncached flagged sample weighs q (`tier_targets`), "w/o LR" selects GMM-clean samples
+(`unrefined`), R also acts in the warm-up (`warmup_rep_reg`), and the sieve is lagged
+(`sieve_timing`). Decisions of ours: the teacher of a client's first post-warm-up visit is
+w^t (the code's is its last warm-up EMA); the per-step EMA is applied once per step (the
+code applies it twice: gamma_l = 0.99**2 reproduces that); a client without a sieve yet
+trains on its given labels (q = 1). Every client receives the whole sieve mapping in its
+instructions (a simulation shortcut). docs/results/fedgr.md has the numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
-from fedcore.methods.registry import MethodParams, register
-from fedcore.stats.sieving import local_sieve, pooled_sieve, push_window, window_mean
+from fedcore.methods.fedgr_params import FedGRParams
+from fedcore.methods.registry import register
+from fedcore.stats.sieving import local_sieve, pooled_sieve, push_window, running_mean, window_mean
 from fedcore.train import losses
-from fedcore.train.ema import ema_step_, revise
+from fedcore.train.ema import ema_step_, ramped_decay, revise, teacher_reset
 from fedcore.train.params import get_params, load_params_
-from fedcore.train.refine import masked_soft_ce, pseudo_labels, refine_targets, select_targets
+from fedcore.train.refine import pseudo_labels, select_targets, tier_targets, update_cache, weighted_soft_ce
 
+__all__ = ["FedGR", "FedGRParams", "warmup_length"]
 _GMM_SALT = 0xF6C2
-_DEFAULT_ALPHA = 5  # warm-up when neither the method nor the config sets one
+_MISSING = {"trusted": "zero", "pseudo": "given", "none": "drop"}
+_MIN_SIDE = 16  # image side below which views stop keeping the label / the distribution (8x8 digits)
 
 
-class FedGRParams(MethodParams):
-    t_obs: int = Field(5, ge=1, description="loss observations kept per sample (choice)")
-    rate_estimator: Literal["mean", "threshold"] = Field("mean", description="r_k = mean(1-q) or share q<0.5")
-    refit_every_round: bool = Field(True, description="refit the GMM every round; False: fit once after warm-up")
-    warmup_rounds: int | None = Field(
-        None, ge=0, description="alpha; default: train.warmup_rounds, or 5 when that is 0"
-    )
-    beta: float = Field(0.4, ge=0.0, le=1.0, description="r_k >= beta: train on pseudo-labels only")
-    tau_conf: float = Field(0.95, ge=0.0, le=1.0, description="pseudo-label confidence threshold")
-    soft_pseudo: bool = Field(False, description="variant: y_pse is the global softmax, not its argmax")
-    clean_keep_label: bool = Field(
-        False, description="variant: in the r_k >= beta tier, q >= 0.5 samples keep their given label"
-    )
-    gamma_g: float = Field(0.5, ge=0.0, le=1.0, description="EMA revision weight of the old teacher")
-    gamma_l: float = Field(0.99, ge=0.0, le=1.0, description="per-step EMA decay")
-    tau: float = Field(1.0, gt=0.0, description="distillation temperature")
-    lambda_b: float = Field(1.0, ge=0.0, description="weight of the EMA distillation term B")
-    lambda_r: float = Field(0.1, ge=0.0, description="weight of the representation regularizer R")
-    strong_magnitude: float = Field(1.0, ge=0.0, le=1.0, description="RandAugment magnitude of the strong view")
-    strong_cutout: float = Field(0.5, ge=0.0, le=1.0, description="cutout side / image side of the strong view")
-    sieving: bool = Field(True, description="False: one GMM per client (w/o FS)")
-    refine: bool = Field(True, description="False: given labels of sieved-clean samples only (w/o LR)")
-    ema_distill: bool = Field(True, description="False: no globally revised EMA distillation (w/o B)")
-    rep_reg: bool = Field(True, description="False: no representation regularizer (w/o R)")
+def warmup_length(rounds_per_pass: int, passes: int, rounds: int | None) -> int:
+    """alpha: `passes` passes or `rounds` rounds, whichever ends first, but never under one pass
+    (every client must be visited before the first sieve)."""
+    alpha = passes * rounds_per_pass if rounds is None else min(passes * rounds_per_pass, rounds)
+    return max(alpha, rounds_per_pass)
 
 
 @register("fedgr", params=FedGRParams)
@@ -118,58 +84,57 @@ class FedGR(StagedMethod):
         state = super().init(ctx)
         self.global_model = self.build_model().to(ctx.device).requires_grad_(False)
         self.ema_model = self.build_model().to(ctx.device).requires_grad_(False)
-        tr = self.cfg.train
-        self.sampler = ClientSampler(len(ctx.clients), tr.client_fraction, self.cfg.seed, tr.warmup_rounds)
+        tr, p = self.cfg.train, self.params
+        per_pass = ClientSampler(len(ctx.clients), tr.client_fraction, self.cfg.seed).rounds_per_pass
+        self.alpha = warmup_length(per_pass, p.warmup_passes, p.warmup_rounds)
+        self.sampler = ClientSampler(len(ctx.clients), tr.client_fraction, self.cfg.seed,
+                                     max(self.alpha, tr.warmup_rounds))
+        small = min(ctx.store.in_shape[1:]) < _MIN_SIDE
+        self.views = ("plain" if small else "strong") if p.views == "auto" else p.views
         return state
-
-    @property
-    def alpha(self) -> int:
-        p = self.params.warmup_rounds
-        if p is not None:
-            return p
-        return self.cfg.train.warmup_rounds or _DEFAULT_ALPHA
 
     def augmenter(self):
         if getattr(self, "_fedgr_aug", None) is None:
-            self._fedgr_aug = dataclasses.replace(
-                super().augmenter(), strong_magnitude=self.params.strong_magnitude, cutout=self.params.strong_cutout
-            )
+            p = self.params
+            self._fedgr_aug = dataclasses.replace(super().augmenter(), strong_ops=p.strong_ops,
+                                                  strong_magnitude=p.strong_magnitude, cutout=p.strong_cutout)
         return self._fedgr_aug
 
-    # -- server: cohort, probe, sieve -------------------------------------------------------
+    # -- server: cohort, sieve --------------------------------------------------------------
     def plan_round(self, state, rnd: int) -> RoundPlan:
-        cohort = self.sampler.sample(rnd)
-        if rnd < self.alpha:
-            return RoundPlan(stage=state.stage, cohort=cohort)
-        known = state.extra.get("sieve", {})
-        if not self.params.refit_every_round and all(c in known for c in cohort):
-            return RoundPlan(stage=state.stage, cohort=cohort, instructions={"sieve": {c: known[c] for c in cohort}})
-        return RoundPlan(stage=state.stage, cohort=cohort, probe=cohort)
+        cohort, known = self.sampler.sample(rnd), state.extra.get("sieve", {})
+        plan = RoundPlan(stage=state.stage, cohort=cohort, instructions={"sieve": known})
+        refit = self.params.refit_every_round or not all(c in known for c in cohort)
+        if self.params.sieve_timing == "probe" and rnd >= self.alpha and refit:
+            return dataclasses.replace(plan, probe=cohort)
+        return plan
 
     def client_probe(self, task: ClientTask) -> ClientUpdate:
-        _, _, loss = self._round_view(task)
-        window = push_window(task.state.get("window"), loss, self.params.t_obs)
-        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads={"lbar": window_mean(window)})
+        _, lbar = self._observe(task, self._round_view(task))
+        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads={"lbar": lbar})
+
+    def _fit(self, rnd: int, lbar: dict[int, np.ndarray]):
+        seed = int(np.random.default_rng([self.cfg.seed, rnd, _GMM_SALT]).integers(2**31 - 1))
+        fit = pooled_sieve if self.params.sieving else local_sieve
+        return fit(lbar, seed=seed, estimator=self.params.rate_estimator)
 
     def after_probe(self, state, plan: RoundPlan, answers) -> RoundPlan:
-        lbar = {a.cid: a.uploads["lbar"] for a in answers}
-        seed = int(np.random.default_rng([self.cfg.seed, state.rnd, _GMM_SALT]).integers(2**31 - 1))
-        fit = pooled_sieve if self.params.sieving else local_sieve
-        res = fit(lbar, seed=seed, estimator=self.params.rate_estimator)
-        sieve = {c: {"q": res.q[c], "rate": res.rate[c]} for c in lbar}
-        return RoundPlan(stage=plan.stage, cohort=plan.cohort, instructions={"sieve": sieve})
+        res = self._fit(state.rnd, {a.cid: a.uploads["lbar"] for a in answers})
+        fresh = {c: {"q": res.q[c], "rate": res.rate[c]} for c in res.q}
+        sieve = {**plan.instructions.get("sieve", {}), **fresh}
+        return dataclasses.replace(plan, instructions={"sieve": sieve, "fresh": fresh, "means": res.means})
 
     def summarize(self, state, plan, updates, params):
-        extra = dict(state.extra)
-        fresh = plan.instructions.get("sieve")
-        if fresh:
-            extra["sieve"] = {**extra.get("sieve", {}), **fresh}
-        known = extra.get("sieve", {})
-        est = Estimates(
-            client_rate={c: float(v["rate"]) for c, v in known.items()},
-            sample_noisy={"main": {c: np.asarray(v["q"]) < 0.5 for c, v in known.items()}} if known else {},
-        )
-        return extra, RoundMetrics(estimates=est)
+        extra, sieve = dict(state.extra), dict(state.extra.get("sieve", {}))
+        fresh, means = plan.instructions.get("fresh", {}), plan.instructions.get("means", {})
+        lbar = {u.cid: u.uploads["lbar"] for u in updates if "lbar" in u.uploads}
+        if lbar and (self.params.refit_every_round or state.rnd < self.alpha):
+            res = self._fit(state.rnd, lbar)
+            fresh, means = {c: {"q": res.q[c], "rate": res.rate[c]} for c in res.q}, res.means
+        known = extra["sieve"] = {**sieve, **fresh}
+        est = Estimates(client_rate={c: float(v["rate"]) for c, v in known.items()},
+                        sample_noisy={"main": {c: np.asarray(v["q"]) < 0.5 for c, v in known.items()}} if known else {})
+        return extra, RoundMetrics(scalars=_round_scalars(updates, means), estimates=est)
 
     # -- client -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -177,75 +142,102 @@ class FedGR(StagedMethod):
         model.eval()
         return torch.cat([model(x[s:s + batch_size]) for s in range(0, len(x), batch_size)])
 
-    def _round_view(self, task: ClientTask) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-        """This round's weak view of all local samples (n, C, H, W), the global logits on it
-        (n, K) and the loss observation (n,). Must be the first draws from task.gen."""
-        data = task.data
-        x_w = data.store.normalize(self.augmenter().weak(data.x01(), task.gen))
-        load_params_(self.global_model, task.params)
-        logits = self._logits(self.global_model, x_w)
-        loss = F.cross_entropy(logits, data.labels, reduction="none")
-        return x_w, logits, loss.cpu().numpy()
+    def _weak(self, x01: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        return x01 if self.views == "plain" else self.augmenter().weak(x01, gen)
 
-    def _targets(self, task: ClientTask, g_logits: torch.Tensor, est: dict):
-        y_hat, k = task.data.labels, self.ctx.num_classes
-        q = torch.as_tensor(np.asarray(est["q"]), dtype=torch.float32, device=y_hat.device)
-        if not self.params.refine:
-            return select_targets(y_hat, q, k)
-        y_pse, confident = pseudo_labels(g_logits, self.params.tau_conf, soft=self.params.soft_pseudo)
-        return refine_targets(y_hat, q, float(est["rate"]), y_pse, confident, self.params.beta, k,
-                              clean_keep_label=self.params.clean_keep_label)
+    def _round_view(self, task: ClientTask) -> torch.Tensor | None:
+        """This round's weak view of every local sample (n, C, H, W); always the first draw from
+        task.gen, so a probe and the main phase of one round see the same view."""
+        if task.rnd < self.alpha and self.params.surrogate_view == "plain":
+            return None
+        return task.data.store.normalize(self._weak(task.data.x01(), task.gen))
+
+    def _observe(self, task: ClientTask, x_w: torch.Tensor | None) -> tuple[dict[str, Any], np.ndarray | None]:
+        """Fold this visit's surrogate (w^t on the plain image or the weak view) into the client's
+        statistics -> (new state entries, the surrogate to upload, or None when not observed)."""
+        p, st = self.params, task.state
+        if task.rnd < self.alpha and not p.observe_warmup:
+            return {}, None
+        load_params_(self.global_model, task.params)  # the probe needs it too
+        x = task.data.x() if p.surrogate_view == "plain" else x_w
+        loss = F.cross_entropy(self._logits(self.global_model, x), task.data.labels, reduction="none").cpu().numpy()
+        if p.t_obs is not None:
+            window = push_window(st.get("window"), loss, p.t_obs)
+            return {"window": window}, window_mean(window)
+        mean, count = running_mean(st.get("lmean"), st.get("lcount", 0), loss)
+        return {"lmean": mean, "lcount": count}, mean
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
-        p = self.params
-        if task.rnd < self.alpha:
-            return {"warmup": True}
-        x_w, g_logits, loss = self._round_view(task)
-        est = task.instructions.get("sieve", {}).get(task.cid)
-        targets, keep = self._targets(task, g_logits, est)
-        state = {**task.state, "window": push_window(task.state.get("window"), loss, p.t_obs)}
-        teacher = None
+        p, data = self.params, task.data
+        load_params_(self.global_model, task.params)  # w^t: surrogate, pseudo-labels, R's frozen backbone
+        x_w = self._round_view(task)
+        obs, lbar = self._observe(task, x_w)
+        state = {**task.state, **obs}
+        uploads = {"lbar": lbar} if lbar is not None and p.sieve_timing == "lagged" else {}
+        extras = {"state": state, "uploads": uploads, "sums": {}, "warmup": task.rnd < self.alpha}
+        if extras["warmup"]:
+            return extras
+        est = task.instructions.get("sieve", {}).get(task.cid) or {"q": np.ones(data.n), "rate": 0.0}
+        q = torch.as_tensor(np.asarray(est["q"]), dtype=torch.float32, device=data.labels.device)
+        rate, flagged = float(est["rate"]), q < 0.5
+        old_cache = task.state.get("cache")
+        coverage = float((old_cache >= 0).float().mean()) if old_cache is not None else 0.0
+        y_pse, confident = pseudo_labels(self._logits(self.global_model, x_w), p.tau_conf)
+        if p.refine:
+            cache = update_cache(old_cache, data.labels, flagged, y_pse, confident, p.cache)
+            targets, weights = tier_targets(data.labels, q, rate, cache, p.beta, self.ctx.num_classes,
+                                            _MISSING[p.cache], p.cache != "none", p.clean_keep_label)
+            state["cache"] = cache if p.cache != "none" else old_cache
+        else:
+            targets, weights = select_targets(data.labels, q, self.ctx.num_classes, p.unrefined == "weighted")
+        reset = teacher_reset(rate, coverage, p.beta, p.reset_coverage)
         if p.ema_distill:
-            load_params_(self.ema_model, revise(task.state.get("ema"), task.params, p.gamma_g))
-            teacher = self._logits(self.ema_model, x_w)
-        metrics = {"refine/mask_rate": 1.0 - float(keep.float().mean()),
-                   "refine/pseudo_tier": float(p.refine and est["rate"] >= p.beta)}
-        return {"targets": targets, "keep": keep, "teacher": teacher, "state": state,
-                "metrics": metrics, "sums": {}}
+            load_params_(self.ema_model, revise(None if reset else task.state.get("ema"), task.params, p.gamma_g))
+            extras["teacher"] = self._logits(self.ema_model, x_w)
+        cached = state.get("cache")
+        uploads["counts"] = {
+            "n": data.n, "flagged": int(flagged.sum()), "confident": int((flagged & confident).sum()),
+            "cached": int((cached >= 0).sum()) if cached is not None else 0, "high": float(rate >= p.beta),
+            "skipped": int((weights == 0).sum()), "reset": float(reset and p.ema_distill)}
+        return {**extras, "targets": targets, "weights": weights}
 
     def make_x(self, task: ClientTask):
-        aug, data, both = self.augmenter(), task.data, self.params.rep_reg
-        if task.rnd < self.alpha:  # the model must know the weak view it will sieve and label on
-            return lambda pos: data.store.normalize(aug.weak(data.x01(pos), task.gen))
+        data, p, warm = task.data, self.params, task.rnd < self.alpha
+        strong = self.views == "strong" and not (warm and p.warmup_view == "weak")
+        with_weak = strong and p.rep_reg and (p.warmup_rep_reg or not warm)
 
         def views(pos: torch.Tensor) -> torch.Tensor:
             x01 = data.x01(pos)
-            strong = data.store.normalize(aug.strong(x01, task.gen))
-            return torch.cat([data.store.normalize(aug.weak(x01, task.gen)), strong]) if both else strong
+            view = self.augmenter().strong(x01, task.gen) if strong else self._weak(x01, task.gen)
+            student = data.store.normalize(view)
+            return torch.cat([data.store.normalize(self._weak(x01, task.gen)), student]) if with_weak else student
 
         return views
 
     def loss_terms(self, model, batch, extras: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """The unweighted terms of the local objective on one batch: sr, and b / r when enabled.
+        """The unweighted terms of the local objective on one batch: sr, and b / r when active.
 
-        batch.x is the strong view (B, ...) or, with rep_reg, [weak; strong] (2B, ...).
+        batch.x is the student's view (B, ...) or [weak; student] (2B, ...) when R needs a
+        separate weak view for the global side.
         """
-        p, pos = self.params, batch.pos
+        p, pos, warm = self.params, batch.pos, extras["warmup"]
         b = len(pos)
-        z = model.features(batch.x)
-        logits_s = model.head(z[-b:])
-        terms = {"sr": masked_soft_ce(logits_s, extras["targets"][pos], extras["keep"][pos])}
-        if p.ema_distill:
-            terms["b"] = losses.kd_kl(logits_s, extras["teacher"][pos], T=p.tau)
-        if p.rep_reg:
+        z = model.features(batch.x if p.rep_loss == "cosine" else batch.x[-b:])
+        logits = model.head(z[-b:])
+        if warm:
+            terms = {"sr": losses.ce(logits, batch.y)}
+        else:
+            terms = {"sr": weighted_soft_ce(logits, extras["targets"][pos], extras["weights"][pos])}
+        if not warm and p.ema_distill:
+            terms["b"] = losses.kd_kl(logits, extras["teacher"][pos], T=p.tau)
+        if p.rep_reg and (p.warmup_rep_reg or not warm):
             with torch.no_grad():
                 f_global = self.global_model.features(batch.x[:b])
-            terms["r"] = losses.cosine_repr_reg(z[:b], f_global)
+            terms["r"] = (losses.cosine_repr_reg(z[:b], f_global) if p.rep_loss == "cosine"
+                          else losses.kd_kl(z[-b:], f_global, T=p.rep_tau))
         return terms
 
     def loss(self, model, batch, task, extras):
-        if extras.get("warmup"):
-            return super().loss(model, batch, task, extras)
         terms = self.loss_terms(model, batch, extras)
         sums = extras["sums"]
         for name, value in terms.items():
@@ -255,17 +247,45 @@ class FedGR(StagedMethod):
         return sum(weights[name] * value for name, value in terms.items())
 
     def after_step(self, task, extras):
-        if extras.get("warmup") or not self.params.ema_distill:
+        p = self.params
+        if extras["warmup"] or not p.ema_distill:
             return None
-        return lambda model: ema_step_(self.ema_model, model, self.params.gamma_l)
+        step = [task.state.get("steps", 0) if p.ema_ramp == "lifetime" else 0]
+
+        def update(model: torch.nn.Module) -> None:
+            decay = p.gamma_l if p.ema_ramp == "off" else ramped_decay(step[0], p.gamma_l)
+            ema_step_(self.ema_model, model, decay)
+            step[0] += 1
+
+        return update
 
     def after_local(self, task, extras):
-        if extras.get("warmup"):
-            return {}, None
-        state = extras["state"]
-        if self.params.ema_distill:
+        state, sums = extras["state"], extras["sums"]
+        if self.params.ema_distill and not extras["warmup"]:
             state["ema"] = get_params(self.ema_model)
-        sums = extras["sums"]
-        steps = max(sums.pop("steps", 0), 1)
-        extras["metrics"].update({f"fedgr/loss_{k}": float(v) / steps for k, v in sums.items()})
-        return {}, state
+        steps = sums.pop("steps", 0)
+        state["steps"] = task.state.get("steps", 0) + steps
+        extras["metrics"] = {f"fedgr/loss_{k}": float(v) / max(steps, 1) for k, v in sums.items()}
+        return extras["uploads"], state
+
+
+def _round_scalars(updates, means: dict[int, tuple[float, float]]) -> dict[str, float]:
+    """Pooled refining shares of the round's cohort (from the clients' counts) and the GMM means."""
+    out: dict[str, float] = {}
+    if means:
+        out["fedgr/gmm_mu_clean"] = float(np.mean([m[0] for m in means.values()]))
+        out["fedgr/gmm_mu_noisy"] = float(np.mean([m[1] for m in means.values()]))
+    counts = [u.uploads["counts"] for u in updates if "counts" in u.uploads]
+    if not counts:
+        return out
+    n = sum(c["n"] for c in counts)
+    flagged = sum(c["flagged"] for c in counts)
+    out.update({
+        "refine/tier_high_share": sum(c["n"] * c["high"] for c in counts) / n,
+        "refine/tier_high_clients": float(np.mean([c["high"] for c in counts])),
+        "refine/cache_coverage": sum(c["cached"] for c in counts) / n,
+        "refine/confident_share": sum(c["confident"] for c in counts) / flagged if flagged else float("nan"),
+        "refine/skipped_share": sum(c["skipped"] for c in counts) / n,
+        "refine/teacher_resets": float(np.mean([c["reset"] for c in counts])),
+    })
+    return out

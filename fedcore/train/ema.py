@@ -44,3 +44,21 @@ def revise(ema_prev: Params | None, global_params: Params, gamma_g: float) -> Pa
 def ema_step_(ema_model: nn.Module, model: nn.Module, decay: float) -> None:
     """One local-step EMA update of `ema_model` towards `model` (same architecture), in place."""
     ema_update_(ema_model.state_dict(), model.state_dict(), decay)
+
+
+def ramped_decay(step: int, gamma_l: float) -> float:
+    """Mean-teacher decay of the `step`-th update (0-based): min(gamma_l, 1 - 1 / (step + 1)).
+
+    0 at the first update (the teacher copies the student), 0.5 at the second, then rising
+    to gamma_l; with gamma_l = 0.99 it reaches the cap at step 99.
+    """
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    return min(gamma_l, 1.0 - 1.0 / (step + 1))
+
+
+def teacher_reset(rate: float, coverage: float, beta: float, min_coverage: float) -> bool:
+    """FedGR's teacher reset: a client estimated noisier than `beta` whose pseudo-label cache
+    covers less than `min_coverage` of its samples restarts its teacher from w_g (its own EMA
+    then holds little more than its noisy labels)."""
+    return rate > beta and coverage < min_coverage

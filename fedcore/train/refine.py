@@ -1,68 +1,91 @@
-"""FedGR label refining: confidence-masked pseudo-labels and the three-tier targets.
+"""FedGR label refining: confidence-masked pseudo-labels, the pseudo-label cache and the two tiers.
 
-Shapes: logits (n, C); integer labels (n,); clean posteriors q (n,); targets (n, C)
-probability rows; keep (n,) bool = the sample takes part in the self-training loss.
+Shapes: logits (n, C); integer labels (n,); clean posteriors q (n,); a cache is an integer
+label per sample (n,) with -1 where nothing is cached; targets are (n, C) probability rows and
+weights (n,) in [0, 1] scale each sample's cross-entropy (0 = the sample sits out this round).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from fedcore.train import losses
 
+EMPTY = -1
+CacheMode = Literal["trusted", "pseudo", "none"]
+Missing = Literal["zero", "given", "drop"]
 
-def pseudo_labels(logits: torch.Tensor, tau_conf: float, soft: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """FixMatch-style pseudo-labels -> (y_pse, confident (n,) = max prob >= tau_conf).
 
-    y_pse is the argmax (n,) or, with `soft`, the whole softmax (n, C) (a variant).
+def pseudo_labels(logits: torch.Tensor, tau_conf: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """FixMatch-style pseudo-labels -> (argmax (n,), confident (n,) = max softmax >= tau_conf)."""
+    conf, pred = F.softmax(logits.detach(), dim=-1).max(dim=-1)
+    return pred, conf >= tau_conf
+
+
+def update_cache(cache: torch.Tensor | None, y_hat: torch.Tensor, flagged: torch.Tensor, y_pse: torch.Tensor,
+                 confident: torch.Tensor, mode: CacheMode) -> torch.Tensor:
+    """This round's cache (a new tensor; entries are overwritten, never emptied, so coverage only grows).
+
+    trusted (the authors' code): GMM-clean samples cache their given label, flagged samples a
+        confident pseudo-label; other entries keep what an earlier visit cached.
+    pseudo (spec v2): flagged samples cache a confident pseudo-label; nothing else changes.
+    none (spec v1): no memory; the result holds this round's confident pseudo-labels, for every sample.
     """
-    probs = F.softmax(logits.detach(), dim=-1)
-    conf, pred = probs.max(dim=-1)
-    return (probs if soft else pred), conf >= tau_conf
+    if mode == "none":
+        return torch.where(confident, y_pse, torch.full_like(y_hat, EMPTY))
+    new_pse = flagged & confident
+    out = torch.full_like(y_hat, EMPTY) if cache is None else cache.clone()
+    out = torch.where(new_pse, y_pse, out)
+    return torch.where(~flagged, y_hat, out) if mode == "trusted" else out
 
 
-def refine_targets(
-    y_hat: torch.Tensor,
-    q: torch.Tensor,
-    rate: float,
-    y_pse: torch.Tensor,
-    confident: torch.Tensor,
-    beta: float,
-    num_classes: int,
-    clean_keep_label: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The three tiers of FedGR's label refining for one client -> (targets (n, C), keep (n,)).
+def tier_targets(y_hat: torch.Tensor, q: torch.Tensor, rate: float, ref: torch.Tensor, beta: float,
+                 num_classes: int, missing: Missing = "zero", soften_clean: bool = True,
+                 clean_given: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Targets and weights of one client's samples -> (targets (n, C), weights (n,)).
 
-    rate < beta and q >= 0.5: keep the given label y_hat.
-    rate < beta and q <  0.5: q * onehot(y_hat) + (1 - q) * onehot(y_pse).
-    rate >= beta:             onehot(y_pse).
-    y_pse: integer pseudo-labels (n,) or probability rows (n, C), used in place of onehot(y_pse).
-    A sample whose target uses an unconfident pseudo-label is dropped (keep False).
-    clean_keep_label: in the rate >= beta tier too, q >= 0.5 samples keep y_hat (a variant).
+    ref: the reference label of each sample (the cache, -1 = none); clean means q >= 0.5.
+    rate < beta (keep/soften): q * onehot(y_hat) + (1 - q) * onehot(ref), for every sample or,
+        without `soften_clean`, for flagged ones only (clean ones keep onehot(y_hat)). Where ref
+        is -1 the second term is `missing`: 'zero' drops it (the sample weighs q, as the
+        authors' ignored index does), 'given' uses y_hat (weight 1), 'drop' skips the sample.
+    rate >= beta (pseudo-label tier): onehot(ref) where ref >= 0, else skipped; with
+        `clean_given`, clean samples train on y_hat instead.
     """
-    hat = F.one_hot(y_hat, num_classes).float()
-    pse = y_pse.to(hat.dtype) if y_pse.ndim == 2 else F.one_hot(y_pse, num_classes).to(hat.dtype)
-    clean = q >= 0.5
+    hat = F.one_hot(y_hat, num_classes).to(q.dtype)
+    has, clean = ref >= 0, q >= 0.5
+    ref1 = F.one_hot(torch.where(has, ref, y_hat), num_classes).to(q.dtype)
+    ones, zeros = torch.ones_like(q), torch.zeros_like(q)
     if rate >= beta:
-        if clean_keep_label:
-            return torch.where(clean[:, None], hat, pse), clean | confident
-        return pse, confident.clone()
-    q = q.to(hat.dtype)
-    soft = q[:, None] * hat + (1.0 - q)[:, None] * pse
-    return torch.where(clean[:, None], hat, soft), clean | confident
+        given = clean & clean_given
+        return torch.where(given[:, None], hat, ref1), torch.where(given | has, ones, zeros)
+    soft = torch.where(has[:, None], q[:, None] * hat + (1.0 - q)[:, None] * ref1, hat)
+    w_missing = {"zero": q, "given": ones, "drop": zeros}[missing]
+    weights = torch.where(has, ones, w_missing)
+    if not soften_clean:
+        soft, weights = torch.where(clean[:, None], hat, soft), torch.where(clean, ones, weights)
+    return soft, weights
 
 
-def select_targets(y_hat: torch.Tensor, q: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sieving without refining (the "w/o LR" ablation): given labels of the q >= 0.5 samples only."""
-    return F.one_hot(y_hat, num_classes).float(), q >= 0.5
+def select_targets(y_hat: torch.Tensor, q: torch.Tensor, num_classes: int,
+                   weighted: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sieving without refining (the "w/o LR" ablation) -> (onehot(y_hat), weights).
+
+    weighted=False (the authors' code, spec v1): only GMM-clean samples (q >= 0.5) count.
+    weighted=True (spec v2's text): every sample's CE is weighted by its q.
+    """
+    hat = F.one_hot(y_hat, num_classes).to(q.dtype)
+    return hat, (q if weighted else (q >= 0.5).to(q.dtype))
 
 
-def masked_soft_ce(logits: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Soft cross-entropy summed over kept samples and divided by the whole batch size.
+def weighted_soft_ce(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """sum_i w_i * CE(targets_i, logits_i) / B (the whole batch size B).
 
-    Dividing by B rather than by the kept count (as FixMatch does) lets a batch with few
+    Dividing by B rather than by the kept weight (as FixMatch does) lets a batch with few
     trusted targets pull less, instead of letting a handful of samples dominate a step.
     """
     per = losses.soft_ce(logits, targets, reduction="none")
-    return (per * keep.to(per.dtype)).sum() / max(len(per), 1)
+    return (per * weights.to(per.dtype)).sum() / max(len(per), 1)

@@ -1,13 +1,22 @@
-"""FedGR's pure pieces, checked by hand: loss windows, sieving, refining tiers, EMA revision."""
+"""FedGR's pure pieces, checked by hand: surrogates, sieving, the cache, both tiers, the teacher."""
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from fedcore.stats.sieving import local_sieve, pooled_sieve, push_window, window_mean
-from fedcore.train.ema import ema_step_, ema_update_, revise
-from fedcore.train.refine import masked_soft_ce, pseudo_labels, refine_targets, select_targets
+from fedcore.methods.fedgr import warmup_length
+from fedcore.stats.sieving import local_sieve, pooled_sieve, push_window, running_mean, window_mean
+from fedcore.train import losses
+from fedcore.train.ema import ema_step_, ema_update_, ramped_decay, revise, teacher_reset
+from fedcore.train.refine import (
+    EMPTY,
+    pseudo_labels,
+    select_targets,
+    tier_targets,
+    update_cache,
+    weighted_soft_ce,
+)
 
 
 def test_window_keeps_the_newest_t_obs_losses():
@@ -21,6 +30,15 @@ def test_window_keeps_the_newest_t_obs_losses():
         push_window(w, np.array([1.0, 2.0, 3.0]), t_obs=2)
 
 
+def test_running_mean_is_the_mean_of_every_visit():
+    mean, count = running_mean(None, 0, np.array([2.0, 0.0]))
+    mean, count = running_mean(mean, count, np.array([4.0, 3.0]))
+    mean, count = running_mean(mean, count, np.array([0.0, 6.0]))
+    assert count == 3 and mean.tolist() == [2.0, 3.0]  # (2+4+0)/3, (0+3+6)/3
+    with pytest.raises(ValueError):
+        running_mean(mean, count, np.array([1.0]))
+
+
 def _two_clients():
     # Client 0: ten small losses (clean). Client 1: five small, then five large (noisy).
     rng = np.random.default_rng(0)
@@ -29,10 +47,12 @@ def _two_clients():
 
 
 def test_pooled_sieve_clean_is_the_lower_mean_and_rates_by_hand():
-    res = pooled_sieve(_two_clients(), seed=0, estimator="threshold")
+    res = pooled_sieve(_two_clients(), seed=0)  # r_k = share of q < 0.5 (spec v2 default)
     assert (res.q[0] > 0.99).all()
     assert (res.q[1][:5] > 0.99).all() and (res.q[1][5:] < 0.01).all()
     assert res.rate == {0: 0.0, 1: 0.5}
+    mu_clean, mu_noisy = res.means[-1]
+    assert mu_clean == pytest.approx(0.2, abs=0.05) and mu_noisy == pytest.approx(3.0, abs=0.05)
     mean = pooled_sieve(_two_clients(), seed=0, estimator="mean")
     assert mean.rate[0] == pytest.approx(0.0, abs=0.01) and mean.rate[1] == pytest.approx(0.5, abs=0.01)
 
@@ -42,8 +62,8 @@ def test_local_sieve_cannot_see_a_client_that_is_all_noisy():
     # on its own the GMM splits its own losses in two, so about half look clean.
     rng = np.random.default_rng(1)
     lbar = {0: rng.normal(0.2, 0.05, 20), 1: rng.normal(3.0, 0.3, 20)}
-    assert pooled_sieve(lbar, seed=0, estimator="threshold").rate == {0: 0.0, 1: 1.0}
-    local = local_sieve(lbar, seed=0, estimator="threshold").rate
+    assert pooled_sieve(lbar, seed=0).rate == {0: 0.0, 1: 1.0}
+    local = local_sieve(lbar, seed=0).rate
     assert 0.0 < local[0] < 1.0 and 0.0 < local[1] < 1.0
 
 
@@ -53,49 +73,113 @@ def test_pseudo_labels_confidence_threshold():
     assert y.tolist() == [0, 0, 2] and confident.tolist() == [True, False, True]
 
 
+# Four samples of one client: given labels, clean posteriors, this round's pseudo-labels.
 Y_HAT = torch.tensor([0, 1, 2, 0])
-Q = torch.tensor([0.9, 0.2, 0.3, 0.6])
+Q = torch.tensor([0.9, 0.2, 0.3, 0.6])  # samples 1 and 2 are flagged (q < 0.5)
+FLAGGED = Q < 0.5
 Y_PSE = torch.tensor([1, 0, 0, 2])
 CONF = torch.tensor([True, True, False, False])
 
 
-def test_low_rate_tiers_keep_or_soften():
-    targets, keep = refine_targets(Y_HAT, Q, 0.2, Y_PSE, CONF, beta=0.4, num_classes=3)
-    expected = [[1, 0, 0],  # q >= .5: given label 0
-                [0.8, 0.2, 0],  # .2 * onehot(1) + .8 * onehot(pse 0), pseudo-label confident
-                [0.7, 0, 0.3],  # .3 * onehot(2) + .7 * onehot(0), but unconfident -> dropped
-                [1, 0, 0]]  # q >= .5 keeps label 0 even though its pseudo-label is 2
-    torch.testing.assert_close(targets, torch.tensor(expected))
-    assert keep.tolist() == [True, True, False, True]
+def test_cache_modes_by_hand():
+    old = torch.tensor([EMPTY, EMPTY, 1, 2])
+    # trusted (authors): clean samples 0, 3 cache y_hat; flagged 1 its confident pseudo-label 0;
+    # flagged 2 is unconfident and keeps what an earlier visit cached (1).
+    assert update_cache(old, Y_HAT, FLAGGED, Y_PSE, CONF, "trusted").tolist() == [0, 0, 1, 0]
+    # pseudo (spec v2 text): only flagged and confident samples change.
+    assert update_cache(old, Y_HAT, FLAGGED, Y_PSE, CONF, "pseudo").tolist() == [EMPTY, 0, 1, 2]
+    # none (v1): this round's confident pseudo-labels, any sample, no memory.
+    assert update_cache(old, Y_HAT, FLAGGED, Y_PSE, CONF, "none").tolist() == [1, 0, EMPTY, EMPTY]
+    assert old.tolist() == [EMPTY, EMPTY, 1, 2]  # the old cache is not modified
 
 
-def test_high_rate_tier_uses_confident_pseudo_labels_only():
-    targets, keep = refine_targets(Y_HAT, Q, 0.4, Y_PSE, CONF, beta=0.4, num_classes=3)  # rate == beta
-    assert targets.argmax(1).tolist() == [1, 0, 0, 2] and (targets.sum(1) == 1).all()
-    assert keep.tolist() == [True, True, False, False]
-    variant, keep_v = refine_targets(Y_HAT, Q, 0.9, Y_PSE, CONF, 0.4, 3, clean_keep_label=True)
-    assert variant.argmax(1).tolist() == [0, 0, 0, 0]  # rows 0 and 3 (q >= .5) keep y_hat
-    assert keep_v.tolist() == [True, True, False, True]
+@pytest.mark.parametrize("mode", ["trusted", "pseudo"])
+def test_cache_only_grows(mode):
+    gen = torch.Generator().manual_seed(0)
+    cache, covered = None, 0
+    for _ in range(20):
+        flagged = torch.rand(50, generator=gen) < 0.6
+        confident = torch.rand(50, generator=gen) < 0.3
+        y_hat, y_pse = (torch.randint(0, 10, (50,), generator=gen) for _ in range(2))
+        new = update_cache(cache, y_hat, flagged, y_pse, confident, mode)
+        if cache is not None:
+            assert ((new >= 0) | (cache < 0)).all()  # no entry is ever emptied
+        cache, n = new, int((new >= 0).sum())
+        assert n >= covered
+        covered = n
+    assert 0 < covered <= 50
 
 
-def test_selection_without_refining_and_masked_ce():
-    targets, keep = select_targets(Y_HAT, Q, 3)
-    assert targets.argmax(1).tolist() == Y_HAT.tolist() and keep.tolist() == [True, False, False, True]
+def test_low_tier_every_sample_softened_by_its_cached_label():
+    cache = torch.tensor([0, 0, EMPTY, 0])  # the trusted cache of the example above, minus sample 2's entry
+    t, w = tier_targets(Y_HAT, Q, rate=0.2, ref=cache, beta=0.8, num_classes=3, missing="zero")
+    expected = [[1, 0, 0],  # clean, cached y_hat: .9 onehot(0) + .1 onehot(0)
+                [0.8, 0.2, 0],  # .2 onehot(1) + .8 onehot(cached 0)
+                [0, 0, 1],  # nothing cached: only q * CE(y_hat) remains -> weight q
+                [1, 0, 0]]
+    torch.testing.assert_close(t, torch.tensor(expected))
+    torch.testing.assert_close(w, torch.tensor([1.0, 1.0, 0.3, 1.0]))
+    _, w_given = tier_targets(Y_HAT, Q, 0.2, cache, 0.8, 3, missing="given")  # spec v2 text: y_cached := y_hat
+    _, w_drop = tier_targets(Y_HAT, Q, 0.2, cache, 0.8, 3, missing="drop")
+    assert w_given.tolist() == [1, 1, 1, 1] and w_drop.tolist() == [1, 1, 0, 1]
+
+
+def test_low_tier_v1_keeps_clean_labels_and_softens_flagged_ones():
+    ref = update_cache(None, Y_HAT, FLAGGED, Y_PSE, CONF, "none")  # [1, 0, -1, -1]
+    t, w = tier_targets(Y_HAT, Q, 0.2, ref, 0.4, 3, missing="drop", soften_clean=False)
+    torch.testing.assert_close(t, torch.tensor([[1, 0, 0], [0.8, 0.2, 0], [0, 0, 1], [1, 0, 0.0]]))
+    assert w.tolist() == [1, 1, 0, 1]  # the unconfident flagged sample sits out
+
+
+def test_high_tier_clean_keep_given_label_flagged_use_the_cache():
+    cache = torch.tensor([0, 0, 1, 0])
+    t, w = tier_targets(Y_HAT, Q, rate=0.8, ref=cache, beta=0.8, num_classes=3)  # rate == beta: high tier
+    assert t.argmax(1).tolist() == [0, 0, 1, 0] and (t.sum(1) == 1).all()
+    assert w.tolist() == [1, 1, 1, 1]
+    empty = torch.tensor([EMPTY, EMPTY, EMPTY, EMPTY])
+    t, w = tier_targets(Y_HAT, Q, 0.9, empty, 0.8, 3)
+    assert t.argmax(1).tolist() == [0, 1, 2, 0] and w.tolist() == [1, 0, 0, 1]  # clean keep y_hat
+    ref = update_cache(None, Y_HAT, FLAGGED, Y_PSE, CONF, "none")  # v1: every sample on its pseudo-label
+    t, w = tier_targets(Y_HAT, Q, 0.9, ref, 0.4, 3, missing="drop", soften_clean=False, clean_given=False)
+    assert t.argmax(1)[w > 0].tolist() == [1, 0] and w.tolist() == [1, 1, 0, 0]
+
+
+def test_selection_without_refining_and_weighted_ce():
+    targets, w = select_targets(Y_HAT, Q, 3)
+    assert targets.argmax(1).tolist() == Y_HAT.tolist() and w.tolist() == [1, 0, 0, 1]
+    _, w_q = select_targets(Y_HAT, Q, 3, weighted=True)
+    torch.testing.assert_close(w_q, Q)
     logits = torch.zeros(2, 2)  # CE of a uniform prediction is log 2 whatever the target
-    loss = masked_soft_ce(logits, torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([True, False]))
-    assert float(loss) == pytest.approx(np.log(2) / 2)  # one kept sample, divided by the batch of two
+    loss = weighted_soft_ce(logits, torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([1.0, 0.5]))
+    assert float(loss) == pytest.approx(1.5 * np.log(2) / 2)  # (1 + .5) log 2, over the batch of two
 
 
 def test_ema_revision_formula():
     prev = {"w": torch.tensor([1.0, 2.0]), "steps": torch.tensor(3)}
     glob = {"w": torch.tensor([3.0, 6.0]), "steps": torch.tensor(7)}
-    half = revise(prev, glob, gamma_g=0.5)
-    assert half["w"].tolist() == [2.0, 4.0] and half["steps"].item() == 7
+    rev = revise(prev, glob, gamma_g=0.9)
+    torch.testing.assert_close(rev["w"], torch.tensor([1.2, 2.4]))  # .9 * old + .1 * global
+    assert rev["steps"].item() == 7
     quarter = revise(prev, glob, gamma_g=0.25)
-    assert quarter["w"].tolist() == [2.5, 5.0]  # .25 * old + .75 * global
+    assert quarter["w"].tolist() == [2.5, 5.0]
     assert prev["w"].tolist() == [1.0, 2.0]  # the previous teacher is not modified
-    first = revise(None, glob, gamma_g=0.5)
+    first = revise(None, glob, gamma_g=0.9)
     assert first["w"].tolist() == [3.0, 6.0] and first["w"].data_ptr() != glob["w"].data_ptr()
+
+
+def test_teacher_reset_rule():
+    assert teacher_reset(rate=0.9, coverage=0.4, beta=0.8, min_coverage=0.5)
+    assert not teacher_reset(rate=0.9, coverage=0.5, beta=0.8, min_coverage=0.5)  # cache covers half
+    assert not teacher_reset(rate=0.8, coverage=0.0, beta=0.8, min_coverage=0.5)  # not above beta
+    assert not teacher_reset(rate=1.0, coverage=0.0, beta=0.8, min_coverage=0.0)  # v1: never
+
+
+def test_ramped_ema_decay():
+    assert [ramped_decay(s, 0.99) for s in (0, 1, 3, 9)] == [0.0, 0.5, 0.75, pytest.approx(0.9)]
+    assert ramped_decay(98, 0.99) == pytest.approx(0.98990, abs=1e-5)
+    assert ramped_decay(99, 0.99) == 0.99 and ramped_decay(10_000, 0.99) == 0.99
+    with pytest.raises(ValueError):
+        ramped_decay(-1, 0.99)
 
 
 def test_local_ema_step_on_tensors_and_modules():
@@ -109,17 +193,17 @@ def test_local_ema_step_on_tensors_and_modules():
     assert teacher.weight.item() == pytest.approx(1.5) and teacher.bias.item() == pytest.approx(0.5)
 
 
-def test_soft_pseudo_labels_replace_the_one_hot_by_the_global_softmax():
-    probs = torch.tensor([[0.6, 0.3, 0.1], [0.1, 0.1, 0.8]])
-    y_soft, confident = pseudo_labels(torch.log(probs), tau_conf=0.7, soft=True)
-    torch.testing.assert_close(y_soft, probs)
-    assert confident.tolist() == [False, True]
-    # Low-rate tier, q = .25 on a noisy-looking sample: .25 * onehot(2) + .75 * softmax.
-    targets, keep = refine_targets(torch.tensor([2, 2]), torch.tensor([0.25, 0.9]), 0.1, y_soft,
-                                   torch.tensor([True, True]), beta=0.4, num_classes=3)
-    torch.testing.assert_close(targets[0], torch.tensor([0.45, 0.225, 0.325]))
-    torch.testing.assert_close(targets[1], torch.tensor([0.0, 0.0, 1.0]))
-    # High-rate tier: the softmax itself.
-    targets, _ = refine_targets(torch.tensor([2, 2]), torch.tensor([0.25, 0.9]), 0.5, y_soft,
-                                torch.tensor([True, True]), beta=0.4, num_classes=3)
-    torch.testing.assert_close(targets, probs)
+def test_embedding_kl_is_zero_when_local_equals_global():
+    f = torch.tensor([[0.0, 1.0, 2.0], [3.0, 0.0, 0.5]])
+    assert float(losses.kd_kl(f, f, T=0.5)) == pytest.approx(0.0, abs=1e-7)
+    g = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # uniform target
+    # KL(uniform || softmax(f / .5)) on row 0: log-sum-exp(0, 2, 4) - mean(0, 2, 4) - log 3
+    row0 = np.log(np.exp([0, 2, 4]).sum()) - 2.0 - np.log(3)
+    assert float(losses.kd_kl(f[:1], g[:1], T=0.5)) == pytest.approx(row0, rel=1e-5)
+
+
+def test_warmup_length_passes_or_rounds_never_under_one_pass():
+    assert warmup_length(rounds_per_pass=1, passes=10, rounds=None) == 10  # 20 clients, all per round
+    assert warmup_length(rounds_per_pass=10, passes=10, rounds=None) == 100  # the authors' 10% of 100
+    assert warmup_length(rounds_per_pass=10, passes=10, rounds=35) == 35  # the rounds cap comes first
+    assert warmup_length(rounds_per_pass=4, passes=10, rounds=2) == 4  # every client before sieving

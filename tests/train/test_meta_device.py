@@ -16,7 +16,7 @@ from fedcore.train import losses
 from fedcore.train.ema import revise
 from fedcore.train.mixmatch import mixmatch_loss, refine_labels
 from fedcore.train.params import weighted_average
-from fedcore.train.refine import masked_soft_ce, pseudo_labels, refine_targets
+from fedcore.train.refine import pseudo_labels, tier_targets, update_cache, weighted_soft_ce
 
 META = torch.device("meta")
 B, C = 6, 4
@@ -52,9 +52,11 @@ CASES = {
     "mixmatch_loss": lambda: mixmatch_loss(m(B, C), m(B, C), 2, 1.0),
     "refine_labels": lambda: refine_labels(m(B, dtype=torch.long), m(B), m(B, C), 0.5),
     "pseudo_labels": lambda: pseudo_labels(m(B, C), 0.9),
-    "refine_targets": lambda: refine_targets(m(B, dtype=torch.long), m(B), 0.1, m(B, dtype=torch.long),
-                                             m(B, dtype=torch.bool), 0.4, C),
-    "masked_soft_ce": lambda: masked_soft_ce(m(B, C), m(B, C), m(B, dtype=torch.bool)),
+    "update_cache": lambda: update_cache(m(B, dtype=torch.long), m(B, dtype=torch.long), m(B, dtype=torch.bool),
+                                         m(B, dtype=torch.long), m(B, dtype=torch.bool), "trusted"),
+    "tier_targets": lambda: tier_targets(m(B, dtype=torch.long), m(B), 0.1, m(B, dtype=torch.long), 0.8, C),
+    "tier_targets_high": lambda: tier_targets(m(B, dtype=torch.long), m(B), 0.9, m(B, dtype=torch.long), 0.8, C),
+    "weighted_soft_ce": lambda: weighted_soft_ce(m(B, C), m(B, C), m(B)),
     "weighted_average": lambda: weighted_average([{"w": m(3), "n": m((), dtype=torch.long)}] * 2, [1, 2]),
     "ema_revise": lambda: revise({"w": m(3)}, {"w": m(3)}, 0.5),
     "phi_alignment": lambda: alignment_gap(phi_correlation(m(B, C)), m(C, C, dtype=torch.float64), m(C, C)),

@@ -1,0 +1,74 @@
+"""FedGR's params (spec v2 defaults; the spec v1 value of every changed choice is in brackets).
+
+A separate module only to keep `fedgr.py` short; the method and its docstring live there.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from fedcore.methods.registry import MethodParams
+
+
+class FedGRParams(MethodParams):
+    # -- warm-up ----------------------------------------------------------------------------
+    warmup_passes: int = Field(10, ge=1, description="warm-up length in passes over all clients [v1: 1]")
+    warmup_rounds: int | None = Field(
+        None, ge=0, description="cap on the warm-up in rounds (whichever of the two ends first; never under one pass)"
+    )
+    warmup_view: Literal["student", "weak"] = Field("student", description="warm-up CE view [v1: weak]")
+    warmup_rep_reg: bool = Field(True, description="R also during the warm-up (authors' code) [v1: False]")
+    # -- surrogate and sieve ----------------------------------------------------------------
+    surrogate_view: Literal["plain", "weak"] = Field("plain", description="view the loss is taken on [v1: weak]")
+    t_obs: int | None = Field(None, ge=1, description="None: running mean of every visit; k: last k [v1: 5]")
+    observe_warmup: bool = Field(True, description="surrogates from round 0 on [v1: after the warm-up]")
+    sieve_timing: Literal["lagged", "probe"] = Field(
+        "lagged", description="lagged: uploaded with the update, used at the next visit (authors); "
+        "probe: scored and sieved before training in the same round [v1]"
+    )
+    rate_estimator: Literal["threshold", "mean"] = Field("threshold", description="r_k: share q<0.5 [v1: mean(1-q)]")
+    refit_every_round: bool = Field(True, description="False: freeze the sieve after the warm-up")
+    sieving: bool = Field(True, description="False: one GMM per client (w/o FS)")
+    # -- label refining ---------------------------------------------------------------------
+    refine: bool = Field(True, description="False: given labels of sieved-clean samples only (w/o LR)")
+    unrefined: Literal["select", "weighted"] = Field(
+        "select", description="w/o LR: CE on GMM-clean samples (authors' code, v1) or q-weighted CE (spec v2 text)"
+    )
+    beta: float = Field(0.8, ge=0.0, le=1.0, description="r_k >= beta: pseudo-label tier [v1: 0.4]")
+    tau_conf: float = Field(0.9, ge=0.0, le=1.0, description="pseudo-label confidence threshold [v1: 0.95]")
+    clean_keep_label: bool = Field(True, description="r_k >= beta: GMM-clean samples keep y_hat [v1: False]")
+    cache: Literal["trusted", "pseudo", "none"] = Field(
+        "trusted", description="trusted: given labels of GMM-clean + confident pseudo-labels (authors' code); "
+        "pseudo: confident pseudo-labels only (spec v2 text); none: this round only [v1]"
+    )
+    # -- globally revised EMA teacher (B) ---------------------------------------------------
+    ema_distill: bool = Field(True, description="False: no globally revised EMA distillation (w/o B)")
+    gamma_g: float = Field(0.9, ge=0.0, le=1.0, description="round-start revision weight of the old teacher [v1: 0.5]")
+    gamma_l: float = Field(0.99, ge=0.0, le=1.0, description="per-step EMA decay (cap of the ramp)")
+    ema_ramp: Literal["round", "lifetime", "off"] = Field(
+        "round", description="decay min(gamma_l, 1-1/(s+1)) over the steps s of each visit, or of the client's "
+        "whole training (authors' EMA), or constant gamma_l [v1: off]"
+    )
+    reset_coverage: float = Field(
+        0.5, ge=0.0, le=1.0, description="reset the teacher to w_g when r_k > beta and cache coverage < this [v1: 0]"
+    )
+    tau: float = Field(0.5, gt=0.0, description="distillation temperature [v1: 1]")
+    lambda_b: float = Field(1.0, ge=0.0, description="weight of the EMA distillation term B")
+    # -- representation regularizer (R) -----------------------------------------------------
+    rep_reg: bool = Field(True, description="False: no representation regularizer (w/o R)")
+    rep_loss: Literal["kl", "cosine"] = Field(
+        "kl", description="kl: KL(f_g(weak)/T || f_k(strong)/T); cosine: 1-cos on the weak view [v1]"
+    )
+    rep_tau: float = Field(0.5, gt=0.0, description="temperature of the embedding KL")
+    lambda_r: float = Field(0.1, ge=0.0, description="weight of R (0.2 for CIFAR-100 / Clothing1M)")
+    # -- views ------------------------------------------------------------------------------
+    views: Literal["auto", "strong", "weak", "plain"] = Field(
+        "auto", description="student / teacher views: strong = RandAugment student, weak-view teacher and "
+        "pseudo-labels [v1]; weak = the student on the weak view too; plain = no augmentation at all; auto = "
+        "plain below 16 px a side (8x8 digits: neither view keeps the image in distribution), strong otherwise"
+    )
+    strong_ops: int = Field(2, ge=0, description="RandAugment ops per sample (FixMatch 2; authors' code 3)")
+    strong_magnitude: float = Field(1.0, ge=0.0, le=1.0, description="RandAugment magnitude of the strong view")
+    strong_cutout: float = Field(0.5, ge=0.0, le=1.0, description="cutout side / image side of the strong view")
