@@ -44,45 +44,6 @@ def fedgr_run(tmp_path_factory):
     return cfg, data, tmp / "run", res
 
 
-def test_sieve_split_reports_the_final_sieve(fedgr_run, capsys):
-    _, data, run, res = fedgr_run
-    load_script("fedgr_sieve_split").main(["split", str(run), str(data)])
-    cells = [c.strip() for c in capsys.readouterr().out.strip().splitlines()[-1].strip("|").split("|")]
-    sieve = res.state.extra["sieve"]
-    fed = build_federated_dataset(digits_cfg())
-    idx = np.concatenate([fed.client_indices[c] for c in sorted(sieve)])
-    flags = np.concatenate([np.asarray(sieve[c]["q"]) < 0.5 for c in sorted(sieve)])
-    accs = [h["test/acc"] for h in res.history]
-    assert float(cells[1]) == pytest.approx(100 * np.mean(accs[-10:]), abs=0.05)
-    assert float(cells[2]) == pytest.approx(100 * accs[1], abs=0.05)  # hand-over: after round alpha = 2
-    assert float(cells[3]) == pytest.approx(flag_dependence(flags, fed.y_train.numpy()[idx]), abs=0.005)
-    assert float(cells[4]) == pytest.approx(flag_dependence(flags, fed.truth.is_noisy_sample[idx]), abs=0.005)
-    assert len(cells[5].split()) == fed.num_classes
-
-
-def test_class_norm_sieve_sees_per_class_z_scores_and_restores_fedgr(fedgr_run, tmp_path, monkeypatch):
-    cfg, data, _, _ = fedgr_run
-    mod = load_script("fedgr_sieve_split")
-    z = mod._z_within(np.array([1.0, 3.0, 10.0, 30.0, 5.0]), np.array([0, 0, 1, 1, 2]))
-    np.testing.assert_allclose(z, [-1, 1, -1, 1, 0])
-    seen = []
-    orig = fedgr_mod.pooled_sieve
-    monkeypatch.setattr(fedgr_mod, "pooled_sieve", lambda lbar, **kw: seen.append(lbar) or orig(lbar, **kw))
-    before = (fedgr_mod.FedGR.client_probe, fedgr_mod.FedGR.after_probe)
-    (tmp_path / "cfg.yaml").write_text(cfg.to_yaml())
-    mod.class_norm(str(tmp_path / "cfg.yaml"), str(data), str(tmp_path / "run"), [])
-    assert (fedgr_mod.FedGR.client_probe, fedgr_mod.FedGR.after_probe) == before
-    fed = build_federated_dataset(cfg)
-    assert seen  # one pooled fit per post-warm-up round
-    for lbar in seen:
-        pooled = np.concatenate([lbar[c] for c in sorted(lbar)])
-        y = np.concatenate([fed.y_train.numpy()[fed.client_indices[c]] for c in sorted(lbar)])
-        for k in np.unique(y):
-            if (y == k).sum() > 1 and pooled[y == k].std() > 0:
-                assert pooled[y == k].mean() == pytest.approx(0.0, abs=1e-9)
-                assert pooled[y == k].std() == pytest.approx(1.0, abs=1e-9)
-
-
 def _run_quiet(fn, *args) -> str:
     """Call a script's main and return what it printed (capsys is function-scoped, fixtures are not)."""
     buf = io.StringIO()
@@ -132,47 +93,30 @@ def test_diagnose_probes_the_saved_model_on_the_client_data(fedgr_run, capsys):
     assert sum(_floats(weak_hist.split("histogram")[1])) == len(idx)
 
 
-@pytest.fixture(scope="module")
-def trace_run(fedgr_run, tmp_path_factory):
-    """fedgr_trace on the fixture's config run for 6 rounds, so round 5 gets its kept-set line."""
+def test_sieve_trace_rows_match_the_global_models(fedgr_run, tmp_path):
+    """fedgr_sieve_trace recomputes FedGR's sieve from the global models; with every client in
+    every round its running-mean sieve is the method's own (a row is one round ahead: the model
+    after round t is the one clients score at round t + 1), so the two must agree."""
     cfg, data, _, _ = fedgr_run
-    tmp = tmp_path_factory.mktemp("trace")
-    (tmp / "cfg.yaml").write_text(cfg.to_yaml())
-    mod, results = load_script("fedgr_trace"), []
-    orig = mod.run_experiment
-    hooks = (fedgr_mod.FedGR.after_probe, fedgr_mod.FedGR._targets)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mod, "run_experiment", lambda *a, **k: results.append(orig(*a, **k)) or results[-1])
-        # A faster learner than the fixture's, whose flat test accuracy would hide a round mix-up.
-        sets = ["train.rounds=6", "train.lr=0.2", "train.local_epochs=2"]
-        out = _run_quiet(mod.main, str(tmp / "cfg.yaml"), str(data), str(tmp / "run"), sets)
-    # The script patches FedGR while it runs; later tests need the real method back.
-    assert (fedgr_mod.FedGR.after_probe, fedgr_mod.FedGR._targets) == hooks
-    return data, out.splitlines(), results[0]
+    (tmp_path / "cfg.yaml").write_text(cfg.to_yaml())
+    mod = load_script("fedgr_sieve_trace")
+    mod.TracingEvaluator.rows = []
+    out = _run_quiet(mod.main, str(tmp_path / "cfg.yaml"), str(data), str(tmp_path / "run"), [])
+    rows = [r for r in mod.TracingEvaluator.rows if r["kind"] == "mean"]
+    assert [r["round"] for r in rows] == list(range(cfg.train.rounds + 1))
+    hist = {int(h["round"]): h for h in run_experiment(cfg, tmp_path / "again", data=data).history}
+    for r in rows[1:-1]:  # the method fits round t's uploads, scored with the model after round t - 1
+        h = hist[r["round"] + 1]
+        assert r["f1"] == pytest.approx(h["detect/sample_f1_pooled"], abs=1e-6)
+        assert r["r_mae"] == pytest.approx(h["noise/rate_mae"], abs=1e-6)
+    assert (tmp_path / "run" / "sieve_trace.csv").is_file() and "last-10 test accuracy" in out
 
 
-def test_trace_reports_each_sieve_round_and_the_kept_set(trace_run):
-    data, lines, res = trace_run
-    sieve_lines = [ln for ln in lines if "median lbar" in ln]
-    assert [int(_floats(ln)[0]) for ln in sieve_lines] == [2, 3, 4, 5]  # every round after warm-up
-    fed = FederatedDataset.load(data)
-    truth = fed.truth
-    sieve = res.state.extra["sieve"]
-    cids = sorted(sieve)
-    noisy = np.concatenate([truth.is_noisy_sample[fed.client_indices[c]] for c in cids])
-    q = np.concatenate([sieve[c]["q"] for c in cids])
-    rate = np.array([sieve[c]["rate"] for c in cids])
-    _, _, _, precision, recall, pearson, binary = _floats(sieve_lines[-1].replace("q<.5", "q"))
-    assert precision == pytest.approx(noisy[q < 0.5].mean(), abs=HALF2)
-    assert recall == pytest.approx((q < 0.5)[noisy].mean(), abs=HALF2)
-    assert pearson == pytest.approx(np.corrcoef(rate, truth.realized_rate[cids])[0, 1], abs=HALF2)
-    assert binary == pytest.approx(np.mean((q < 0.01) | (q > 0.99)), abs=HALF2)
-    kept_line = next(ln for ln in lines if "kept" in ln)
-    row = next(h for h in res.history if h["round"] == 6.0)  # 0-based round 5 is the 6th row
-    assert row["test/acc"] != res.history[4]["test/acc"]  # else the next line cannot tell the rounds apart
-    assert _floats(kept_line)[:2] == [5, pytest.approx(1 - row["refine/mask_rate"], abs=HALF2)]
-    assert _floats(kept_line)[-1] == pytest.approx(row["test/acc"], abs=HALF3)
-    assert _floats(lines[-1])[-1] == pytest.approx(np.mean([h["test/acc"] for h in res.history]))
+def test_views_grid_writes_one_png_per_available_dataset(tmp_path, capsys):
+    load_script("fedgr_views").main([str(tmp_path), "--fmnist-root", str(tmp_path / "none")])
+    out = capsys.readouterr().out
+    assert (tmp_path / "fedgr_views_digits.png").stat().st_size > 0
+    assert "fashion_mnist: skipped" in out and "cifar10: skipped" in out
 
 
 def _expect(vals, scale=100.0, digits=1):
@@ -180,68 +124,28 @@ def _expect(vals, scale=100.0, digits=1):
     return f"{np.mean(vals) * scale:.{digits}f} ± {np.std(vals) * scale:.{digits}f}" if vals else "-"
 
 
-@pytest.fixture(scope="module")
-def fedgr_tables(fedgr_run, trace_run, tmp_path_factory):
-    """docs/results/fedgr.sh's layout: FedGR on two seeds (the fixture run and the 6-round trace run),
-    FedAvg and a named extra variant on one."""
+def test_table_rows_are_recomputed_from_the_histories(fedgr_run, tmp_path, capsys):
+    """docs/results/fedgr.sh's layout: FedGR on two seeds (links to one run), FedAvg on one."""
     cfg, data, run, res = fedgr_run
-    root = tmp_path_factory.mktemp("fedgr-root")
     avg = run_experiment(ExperimentConfig.model_validate({**cfg.model_dump(), "method": {"name": "fedavg"}}),
-                         root / "fedavg-run", data=data)
-    sym, mixed = (root / p for p in load_script("fedgr_table").PRESETS)
-    links = {sym / "fedgr/s0": run, sym / "fedgr/s1": trace_run[2].out_dir, sym / "fedavg/s2": avg.out_dir,
-             sym / "fedgr-extra/s0": run, mixed / "fedgr/s0": run}
+                         tmp_path / "fedavg-run", data=data)
+    links = {"digits_sym/fedgr/s0": run, "digits_sym/fedgr/s1": run, "digits_sym/fedavg/s2": avg.out_dir,
+             "digits_sym/fedgr-extra/s0": run}
     for link, target in links.items():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(target)
-    return root, [res, trace_run[2]], avg
-
-
-def _sections(text: str) -> dict[str, list[list[str]]]:
-    out = {}
-    for block in text.split("### ")[1:]:
-        title, *rows = block.strip().splitlines()
-        out[title] = [[c.strip() for c in r.strip("|").split("|")] for r in rows if r.startswith("| ")]
-    return out
-
-
-def test_table_rows_are_recomputed_from_the_histories(fedgr_tables, capsys):
-    root, fedgr_runs, avg = fedgr_tables
-    load_script("fedgr_table").main([str(root), "fedgr-extra"])
-    tabs = _sections(capsys.readouterr().out)
-    sym = {r[0]: r for r in tabs["fedgr_digits_noniid_sym"][1:]}
-    assert list(sym) == ["fedavg", "fedgr", "fedgr-extra"]  # ORDER, then the extra variants
-    assert [r[0] for r in tabs["fedgr_digits_noniid_mixed"][1:]] == ["fedgr"]
-
-    def last(h, key):
-        vals = [r[key] for r in h if key in r]
-        return vals[-1] if vals else None
-
-    hs = [r.history for r in fedgr_runs]
-    pearson = [[r["noise/rate_pearson"] for r in h if "noise/rate_pearson" in r] for h in hs]
-    assert sym["fedgr"][1:] == [
-        _expect([r.summary["final/acc_last10"] for r in fedgr_runs]), _expect([p[-1] for p in pearson], 1, 2),
-        _expect([np.mean(p) for p in pearson], 1, 2), _expect([last(h, "noise/rate_mae") for h in hs], 1, 3),
-        _expect([last(h, "detect/sample_f1") for h in hs], 1, 2),
-        _expect([last(h, "refine/mask_rate") for h in hs], 1, 2),
-        _expect([last(h, "train/memorization") for h in hs]), "2"]
-    # FedAvg estimates nothing: accuracy only, every estimate column empty.
-    assert sym["fedavg"][1] == _expect([avg.summary["final/acc_last10"]]) and sym["fedavg"][2:7] == ["-"] * 5
-    cmds = {r[0]: r[1] for r in tabs["Commands"][1:]}
-    assert "method.name=fedavg" in cmds["fedavg"] and cmds["fedgr-extra"].endswith("(see text)`")
-
-
-def test_sens_table_splits_held_out_seeds_and_finds_references(fedgr_tables, tmp_path, capsys):
-    root, fedgr_runs, _ = fedgr_tables
-    sym, mixed = (tmp_path / p for p in load_script("fedgr_table").PRESETS)
-    for seed, run in ((0, fedgr_runs[0]), (1, fedgr_runs[1]), (3, fedgr_runs[1])):
-        (sym / "lr").mkdir(parents=True, exist_ok=True)
-        (sym / "lr" / f"s{seed}").symlink_to(run.out_dir)
-    assert not mixed.exists()  # a grid run on one preset only must still print its rows
-    load_script("fedgr_table").main(["--sens", str(tmp_path), str(root)])
-    rows = [[c.strip() for c in r.strip("|").split("|")] for r in capsys.readouterr().out.splitlines()[2:]]
-    acc = [r.summary["final/acc_last10"] for r in fedgr_runs]
-    assert [r[:3] for r in rows] == [["sym", "lr", "0,1"], ["sym", "lr", "3"]]
-    assert rows[0][3] == f"{acc[0] * 100:.1f} / {acc[1] * 100:.1f}" and rows[0][4] == _expect(acc)
-    # References come from the main root: FedGR holds seeds 0 and 1, FedAvg only seed 2.
-    assert rows[0][5:7] == ["-", _expect(acc)] and rows[1][5:7] == ["-", "-"]
+        (tmp_path / "root" / link).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "root" / link).symlink_to(target)
+    load_script("fedgr_table").main([str(tmp_path / "root"), "fedgr-extra"])
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in capsys.readouterr().out.splitlines()
+            if ln.startswith("| ") and not ln.startswith("| method")]
+    table = {r[0]: r for r in rows}
+    assert list(table) == ["fedavg", "fedgr", "fedgr-extra"]  # ORDER, then the extra variants
+    h = res.history
+    after = [r["noise/rate_pearson"] for r in h if "refine/tier_high_share" in r]
+    assert table["fedgr"][1:4] == [_expect([res.summary["final/acc_last10"]] * 2),
+                                   _expect([res.summary["final/acc_best"]] * 2), _expect([np.mean(after)] * 2, 1, 2)]
+    assert table["fedgr"][5] == _expect([h[-1]["noise/rate_mae"]] * 2, 1, 3)
+    assert table["fedgr"][10] == _expect([h[-1]["train/memorization"]] * 2)
+    assert table["fedgr"][-1] == "0,1"
+    local = np.mean([r["train/local_memorization"] for r in h])
+    assert table["fedavg"][1] == _expect([avg.summary["final/acc_last10"]]) and table["fedavg"][3:10] == ["-"] * 7
+    assert table["fedgr"][12] == _expect([local] * 2)

@@ -52,7 +52,7 @@ def main(run: Path, data: Path) -> None:
         lbar = {c.cid: F.cross_entropy(lg, c.labels, reduction="none").numpy()
                 for c, lg in zip(ctx.clients, logits, strict=True)}
         for name, fit in (("pooled", pooled_sieve), ("per-client", local_sieve)):
-            res = fit(lbar, seed=0, estimator="mean")
+            res = fit(lbar, seed=0)
             est = np.array([res.rate[c] for c in range(fed.num_clients)])
             stats = rate_pearson_mae(est, fed.truth.realized_rate)
             kept = np.concatenate([res.q[c] >= 0.5 for c in range(fed.num_clients)])

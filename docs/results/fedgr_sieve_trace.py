@@ -29,7 +29,9 @@ from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedDataset
 from fedcore.metrics.noise import binary_prf, flag_dependence, rate_pearson_mae
 from fedcore.models import build_model
+from fedcore.methods.fedgr import _GMM_SALT
 from fedcore.stats.gmm import clean_posterior
+from fedcore.stats.sieving import GMM_KW
 
 
 def auc(score: np.ndarray, pos: np.ndarray) -> float:
@@ -43,8 +45,9 @@ def auc(score: np.ndarray, pos: np.ndarray) -> float:
     return float((r[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
-def sieve_stats(s: np.ndarray, noisy: np.ndarray, given: np.ndarray, cid: np.ndarray, rates: np.ndarray) -> dict:
-    q, means = clean_posterior(s, seed=0, reg_covar=5e-4, max_iter=50, tol=1e-2)
+def sieve_stats(s: np.ndarray, noisy: np.ndarray, given: np.ndarray, cid: np.ndarray, rates: np.ndarray,
+                seed: int = 0) -> dict:
+    q, means = clean_posterior(s, seed=seed, **GMM_KW)
     flag = q < 0.5
     k = len(rates)
     r_est = np.array([flag[cid == c].mean() for c in range(k)])
@@ -65,8 +68,9 @@ class TracingEvaluator(run_module.Evaluator):
 
     rows: list[dict] = []
 
-    def __init__(self, fed: FederatedDataset, device, train_store, **kw) -> None:
+    def __init__(self, fed: FederatedDataset, device, train_store, seed: int = 0, **kw) -> None:
         super().__init__(fed, device, train_store, **kw)
+        self.seed = seed
         parts = [np.asarray(p) for p in fed.client_indices]
         self.idx = torch.as_tensor(np.concatenate(parts))
         self.cid = np.concatenate([np.full(len(p), c) for c, p in enumerate(parts)])
@@ -80,8 +84,11 @@ class TracingEvaluator(run_module.Evaluator):
         loss = F.cross_entropy(logits, torch.as_tensor(self.given), reduction="none").numpy()
         self.sum += loss
         self.count += 1
+        # FedGR's GMM seed of the round whose clients score with this model, so that the
+        # running-mean rows reproduce its sieve when every client trains every round.
+        seed = int(np.random.default_rng([self.seed, rnd, _GMM_SALT]).integers(2**31 - 1))
         for kind, s in (("raw", loss), ("mean", self.sum / self.count)):
-            row = {"round": rnd, "kind": kind, **sieve_stats(s, self.noisy, self.given, self.cid, self.rates)}
+            row = {"round": rnd, "kind": kind, **sieve_stats(s, self.noisy, self.given, self.cid, self.rates, seed)}
             self.rows.append(row)
             print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
 
@@ -106,7 +113,7 @@ def main(cfg_path: str, data: str, out: str, overrides: list[str]) -> None:
     holder: list[TracingEvaluator] = []
 
     def make(*a, **kw):
-        ev = TracingEvaluator(*a, **kw)
+        ev = TracingEvaluator(*a, seed=cfg.seed, **kw)
         init = build_model(cfg.model, ev.train_store.in_shape, fed.num_classes, seed=cfg.seed).to(ev.y_test.device)
         ev.observe(init, 0)  # round 0's surrogate comes from the initial model
         holder.append(ev)

@@ -47,9 +47,9 @@ class FedGRParams(MethodParams):
     ema_distill: bool = Field(True, description="False: no globally revised EMA distillation (w/o B)")
     gamma_g: float = Field(0.9, ge=0.0, le=1.0, description="round-start revision weight of the old teacher [v1: 0.5]")
     gamma_l: float = Field(0.99, ge=0.0, le=1.0, description="per-step EMA decay (cap of the ramp)")
-    ema_ramp: Literal["round", "lifetime", "off"] = Field(
-        "round", description="decay min(gamma_l, 1-1/(s+1)) over the steps s of each visit, or of the client's "
-        "whole training (authors' EMA), or constant gamma_l [v1: off]"
+    ema_ramp: Literal["lifetime", "round", "off"] = Field(
+        "lifetime", description="decay min(gamma_l, 1-1/(s+1)) with s the client's local steps so far, warm-up "
+        "included (mean teacher; the authors' EMA), or s restarting every visit, or constant gamma_l [v1: off]"
     )
     reset_coverage: float = Field(
         0.5, ge=0.0, le=1.0, description="reset the teacher to w_g when r_k > beta and cache coverage < this [v1: 0]"
