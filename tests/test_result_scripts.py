@@ -15,10 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import fedcore.methods.fedgr as fedgr_mod
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedDataset, build_federated_dataset
-from fedcore.metrics import flag_dependence
 from fedcore.models import build_model
 from fedcore.run import make_context, run_experiment
 from fedcore.stats.sieving import local_sieve, pooled_sieve

@@ -27,9 +27,9 @@ import yaml
 from fedcore import run as run_module
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedDataset
+from fedcore.methods.fedgr import _GMM_SALT
 from fedcore.metrics.noise import binary_prf, flag_dependence, rate_pearson_mae
 from fedcore.models import build_model
-from fedcore.methods.fedgr import _GMM_SALT
 from fedcore.stats.gmm import clean_posterior
 from fedcore.stats.sieving import GMM_KW
 
