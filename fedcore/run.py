@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import FederatedDataset, build_federated_dataset
+from fedcore.data.build import build_federated_dataset
+from fedcore.data.federated import FederatedDataset
 from fedcore.engine.callbacks import Callback
 from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
 from fedcore.engine.loop import LoopState, RoundLoop
@@ -27,7 +28,7 @@ from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
 from fedcore.engine.types import RunContext, ServerState
 from fedcore.errors import ConfigError
-from fedcore.fileio import atomic_write_bytes
+from fedcore.io import atomic_write_bytes
 from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import summarize_history
 from fedcore.metrics.scoring import Evaluator, Scorer
@@ -160,7 +161,7 @@ def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, metho
     atomic_write_bytes(out / "config.yaml", cfg.to_yaml().encode())
     if "confusion" in evaluator.last:
         atomic_write_bytes(out / "confusion.json", json.dumps(evaluator.last["confusion"].tolist()).encode())
-    from fedcore.data.report import scene_report
+    from fedcore.data.federated import scene_report
 
     atomic_write_bytes(out / "scene.json", json.dumps(scene_report(fed), indent=2).encode())
     if extras:

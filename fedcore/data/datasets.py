@@ -106,7 +106,7 @@ def resolve_root(cfg: DataConfig, expected: str) -> Path:
     if not cfg.root:
         raise DataError(f"dataset '{cfg.name}' needs data.root: a local dir or s3:// prefix holding {expected}")
     if cfg.root.startswith("s3://"):
-        from fedcore.storage import stage_prefix
+        from fedcore.io import stage_prefix
 
         return stage_prefix(cfg.root, Path(cfg.cache_dir))
     if "://" in cfg.root:  # e.g. gs://: Path() would turn it into a missing local folder 'gs:/...'

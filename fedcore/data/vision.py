@@ -23,7 +23,7 @@ import numpy as np
 from fedcore.config import DataConfig
 from fedcore.data.datasets import RawDataset, register_dataset, resolve_root
 from fedcore.errors import DataError
-from fedcore.storage import atomic_write
+from fedcore.io import atomic_write
 
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte")

@@ -1,7 +1,7 @@
 """The environment contract between fedcore and the places it runs.
 
 Every environment variable fedcore reads is listed in `ENV_VARS` (except the S3 client's
-optional overrides documented in `fedcore._s3`: AWS_ENDPOINT_URL, FEDCORE_S3_*, ...); the
+optional overrides documented in `fedcore.io.s3_client`: AWS_ENDPOINT_URL, FEDCORE_S3_*, ...); the
 docker-compose stack, the Kubernetes manifests and the tests check themselves against it,
 so a new variable must be added here first. The Kubernetes names below are the ones the
 manifests under `k8s/` create; pipeline code imports them instead of repeating strings.

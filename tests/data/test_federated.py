@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.config import load_config
 from fedcore.data.build import build
 from fedcore.data.federated import FederatedDataset
 from fedcore.errors import ArtifactError, GroundTruthAccessError
+from fedcore.registries import load_config
 
 
 @pytest.fixture(scope="module")

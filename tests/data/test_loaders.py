@@ -15,12 +15,12 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from fedcore import storage
 from fedcore.config import DataConfig
 from fedcore.data import clothing
 from fedcore.data.datasets import load_dataset
 from fedcore.data.vision import superclass_map
 from fedcore.errors import ConfigError, DataError
+from fedcore.io import storage
 
 RNG = np.random.default_rng(7)
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
