@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(PY) -m fedcore quickstart
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks
+	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks scripts
 
 pytest: $(STAMP)
 	PYTHON=$(PY) bash scripts/ensure-kubectl.sh
