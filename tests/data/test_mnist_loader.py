@@ -29,11 +29,13 @@ def system(tmp_path: Path, monkeypatch) -> Path:
     return folder
 
 
-def write_flat_gz(folder: Path) -> dict:
+def write_flat_gz(folder: Path, n=(12, 5)) -> dict:
     """The Debian package's layout: the four *-ubyte.gz files directly in one folder."""
-    files = write_mnist(folder / "tmp", folder="x", gz=True)
+    files = write_mnist(folder / "tmp", folder="x", gz=True, n=n)
     for f in (folder / "tmp/x/raw").iterdir():
         f.rename(folder / f.name)
+    for d in (folder / "tmp/x/raw", folder / "tmp/x", folder / "tmp"):
+        d.rmdir()
     return files
 
 
