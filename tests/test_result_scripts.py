@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import FederatedDataset, build_federated_dataset
+from fedcore.data.build import build_federated_dataset
+from fedcore.data.federated import FederatedDataset
 from fedcore.models import build_model
 from fedcore.run import make_context, run_experiment
 from fedcore.stats.sieving import local_sieve, pooled_sieve

@@ -1,8 +1,8 @@
 """Tables for docs/results/fedgr.md from the run dirs written by docs/results/fedgr.sh.
 
 Usage: .venv/bin/python docs/results/fedgr_table.py OUT_DIR [variant ...]
-Reads OUT_DIR/<preset>/<row>/s<seed>/{metrics.json,history.csv} for the presets fmnist_sym,
-fmnist_mixed, digits_sym and digits_mixed (those present). Columns, mean ± std (population)
+Reads OUT_DIR/<preset>/<row>/s<seed>/{metrics.json,history.csv} for the presets fedgr_sym,
+fedgr_mixed, digits_sym and digits_mixed (those present). Columns, mean ± std (population)
 over the seeds found: last-10 and best-round test accuracy; r_k Pearson (mean over the rounds
 after FedGR's warm-up, i.e. those that log refine/*, else over every round that estimates)
 and at the last round; r_k MAE and sample F1 at the last round; the last round's share of
@@ -22,7 +22,7 @@ import numpy as np
 
 ORDER = ["fedavg", "fedprox", "coteaching", "fedcorr", "dividemix", "fedgr", "fedgr-no_fs", "fedgr-no_lr",
          "fedgr-no_b", "fedgr-no_r", "fedgr-v1", "fedgr-text", "fedgr-probe"]
-PRESETS = ["fmnist_sym", "fmnist_mixed", "digits_sym", "digits_mixed"]
+PRESETS = ["fedgr_sym", "fedgr_mixed", "digits_sym", "digits_mixed"]
 COLUMNS = [("acc", "acc last-10 (%)", 100, 1), ("best", "best round (%)", 100, 1),
            ("pearson_after", "r_k Pearson after warm-up", 1, 2), ("pearson", "r_k Pearson last", 1, 2),
            ("mae", "r_k MAE last", 1, 3), ("f1", "sample F1 last", 1, 2), ("tier_high", "tier-3 share", 1, 2),

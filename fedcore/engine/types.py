@@ -17,10 +17,22 @@ import torch
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
-    from fedcore.data.federated import FederatedView
     from fedcore.engine.store import ClientData, TensorStore
 
 Params = dict[str, torch.Tensor]
+
+
+class DataView(Protocol):
+    """What a method may see of the federated dataset: inputs, working labels, client index
+    arrays and metadata, never ground truth. `fedcore.data.federated.FederatedView` is the
+    one implementation; the engine names only this shape, so it never imports the data layer."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    client_indices: list[np.ndarray]
+    num_classes: int
+    task: str
+    meta: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -94,21 +106,17 @@ class Estimates:
     client_rate: estimated noise rate per client. client_noisy: identification verdicts.
     sample_noisy: detector name -> client -> bool mask over the client's samples
     ("main" is the method's own detector). labels: client -> current working labels
-    (relabeling). local_pred: client -> the local model's predicted class for each of the
-    client's samples after its local training (the scorer reads the truth to turn these into
-    local memorization). extra: anything to keep as an artifact (e.g. descriptor scatter).
+    (relabeling). extra: anything to keep as an artifact (e.g. descriptor scatter).
     """
 
     client_rate: dict[int, float] = field(default_factory=dict)
     client_noisy: dict[int, bool] = field(default_factory=dict)
     sample_noisy: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
     labels: dict[int, np.ndarray] = field(default_factory=dict)
-    local_pred: dict[int, np.ndarray] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        return not (self.client_rate or self.client_noisy or self.sample_noisy or self.labels or self.local_pred
-                    or self.extra)
+        return not (self.client_rate or self.client_noisy or self.sample_noisy or self.labels or self.extra)
 
 
 @dataclass
@@ -122,7 +130,7 @@ class RunContext:
     """Everything a method may use to set itself up. Holds no ground truth."""
 
     cfg: ExperimentConfig
-    view: FederatedView
+    view: DataView
     store: TensorStore
     clients: list[ClientData]
     device: torch.device

@@ -34,10 +34,8 @@ from fedcore.engine.types import (
 from fedcore.methods.registry import MethodParams
 from fedcore.models import build_model
 from fedcore.train import losses
-from fedcore.train.local import Batch, OptimSpec, predict_client, train_local
+from fedcore.train.local import Batch, OptimSpec, train_local
 from fedcore.train.params import get_params, load_params_, weighted_average
-
-LOCAL_PRED = "__local_pred__"  # upload key: the local model's predictions, for the local-memorization metric
 
 
 class StagedMethod:
@@ -89,10 +87,6 @@ class StagedMethod:
             optimizer=self.local_optimizer(task),
         )
         uploads, new_state = self.after_local(task, task_extras)
-        if self.ctx.task == "single" and self.cfg.train.memorization:
-            # Predictions only (no labels, no truth): the scorer turns them into the premise
-            # check of noisy-label methods, how fast a *local* model memorizes its noisy labels.
-            uploads = {**uploads, LOCAL_PRED: predict_client(self.model, task.data).argmax(1).cpu().numpy()}
         return ClientUpdate(
             cid=task.cid, num_examples=task.data.n, params=get_params(self.model), uploads=uploads,
             metrics={**stats, **task_extras.get("metrics", {})}, state=new_state,
@@ -103,9 +97,6 @@ class StagedMethod:
     ) -> tuple[ServerState, RoundMetrics]:
         params = self.aggregate(state, updates)
         extra, metrics = self.summarize(state, plan, updates, params)
-        local = {u.cid: u.uploads[LOCAL_PRED] for u in updates if LOCAL_PRED in u.uploads}
-        if local:
-            metrics.estimates.local_pred.update(local)
         return state.replace(params=params, extra=extra), metrics
 
     def eval_model(self, state: ServerState) -> nn.Module:

@@ -2,11 +2,13 @@
 
 `Scorer` turns a method's `Estimates` into metrics against the noise scene's truth;
 `Evaluator` scores the global model on the test split (and memorization of noisy
-training labels). The engine calls both through plain callables and never sees truth.
+training labels); `LocalMemorization` scores each trained client's own model on that
+client's noisy samples. The engine calls them through plain callables and never sees truth.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,7 @@ import torch.nn.functional as F
 
 from fedcore.data.federated import FederatedDataset
 from fedcore.engine.store import TensorStore
-from fedcore.engine.types import Estimates
+from fedcore.engine.types import ClientUpdate, Estimates, Params
 from fedcore.metrics.classification import accuracy, confusion, macro_prf
 from fedcore.metrics.noise import (
     binary_prf,
@@ -46,8 +48,6 @@ class Scorer:
             out.update({f"{prefix}_{k}": v for k, v in self.samples(masks).items()})
         if est.labels and not self.multi:
             out.update({f"relabel/{k}": v for k, v in self.relabels(est.labels).items()})
-        if est.local_pred and not self.multi:
-            out.update(self.local_memorization(est.local_pred))
         return out
 
     def rates(self, client_rate: dict[int, float]) -> dict[str, float]:
@@ -71,22 +71,6 @@ class Scorer:
             given = np.concatenate([self.y_orig[self.parts[c]] for c in masks])
             out["label_nmi"] = flag_dependence(pooled_pred, given)
             out["noise_nmi"] = flag_dependence(pooled_pred, pooled_true)
-        return out
-
-    def local_memorization(self, preds: dict[int, np.ndarray]) -> dict[str, float]:
-        """FedGR's premise check: how much each client's local model, at the end of its local
-        training, predicts the given label on its own truly noisy samples; pooled over the
-        cohort's noisy samples (`train/local_memorization`) and per client (clients holding
-        noisy samples only, so that no NaN enters the history)."""
-        out, hits, total = {}, 0, 0
-        for c in sorted(preds):
-            noisy = self.truth.is_noisy_sample[self.parts[c]]
-            match = np.asarray(preds[c])[noisy] == self.y_orig[self.parts[c]][noisy]
-            hits, total = hits + int(match.sum()), total + int(noisy.sum())
-            if noisy.any():
-                out[f"train/local_memorization/client_{c:02d}"] = float(match.mean())
-        if total:
-            out["train/local_memorization"] = hits / total
         return out
 
     def relabels(self, labels: dict[int, np.ndarray]) -> dict[str, float]:
@@ -136,4 +120,43 @@ class Evaluator:
             mpred = self.logits(model, self.train_store, self.noisy_idx).argmax(1).cpu().numpy()
             out["train/memorization"] = memorization_rate(mpred, self.noisy_labels, np.ones(len(mpred), bool))
         self.last = {"confusion": confusion(y, pred, self.num_classes)}
+        return out
+
+
+class LocalMemorization:
+    """train/local_memorization: the share of the cohort's noisy samples whose client's freshly
+    trained local model predicts their noisy label (pooled over the clients of the round), and
+    the same per client (`train/local_memorization/client_XX`, clients holding noisy samples only,
+    so that no NaN enters the history).
+
+    Next to train/memorization (the global model on all noisy samples) it tests FedGR's premise
+    that local models memorize fast while the global model memorizes slowly. Costs one forward
+    pass over the cohort's noisy samples per round.
+    """
+
+    def __init__(self, fed: FederatedDataset, device: torch.device, train_store: TensorStore,
+                 batch_size: int = 1024) -> None:
+        noisy = fed.truth.is_noisy_sample
+        self.idx = [torch.as_tensor(np.asarray(p)[noisy[p]], dtype=torch.long, device=device)
+                    for p in fed.client_indices]
+        self.y = fed.y_train.to(device)
+        self.store, self.batch_size = train_store, batch_size
+
+    @torch.no_grad()
+    def __call__(self, model_for: Callable[[Params], torch.nn.Module],
+                 updates: Sequence[ClientUpdate]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        hits = total = 0
+        for u in updates:
+            idx = self.idx[u.cid]
+            if u.params is None or not len(idx):
+                continue
+            model = model_for(u.params).eval()
+            pred = torch.cat([model(self.store.get(idx[s:s + self.batch_size])).argmax(1)
+                              for s in range(0, len(idx), self.batch_size)])
+            match = int((pred == self.y[idx]).sum())
+            out[f"train/local_memorization/client_{u.cid:02d}"] = match / len(idx)
+            hits, total = hits + match, total + len(idx)
+        if total:
+            out["train/local_memorization"] = hits / total
         return out

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import GroundTruth, build_federated_dataset
+from fedcore.data.build import build_federated_dataset
+from fedcore.data.federated import GroundTruth
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan, ServerState
 from fedcore.methods.registry import build_method
@@ -161,7 +162,9 @@ def test_probe_mode_scores_and_trains_on_the_same_round_view(fed):
 
 
 def test_short_run_reports_the_promised_metrics(fed, tmp_path):
-    res = run_experiment(digits_cfg(rounds=4, warmup=2), tmp_path, data=fed)
+    cfg = digits_cfg(rounds=4, warmup=2)
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"local_memorization": True})})
+    res = run_experiment(cfg, tmp_path, data=fed)
     for h in res.history[2:]:
         for key in ("noise/rate_pearson", "noise/rate_mae", "detect/sample_f1", "detect/sample_label_nmi",
                     "refine/tier_high_share", "refine/tier_high_clients", "refine/cache_coverage",
