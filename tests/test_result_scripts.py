@@ -38,6 +38,7 @@ def load_script(name: str):
 def fedgr_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fedgr")
     cfg = digits_cfg(rounds=4, warmup=2)
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"local_memorization": True})})
     data = build_federated_dataset(cfg).save(tmp / "data")
     res = run_experiment(cfg, tmp / "run", data=data)
     return cfg, data, tmp / "run", res

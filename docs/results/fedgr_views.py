@@ -20,7 +20,7 @@ import torch
 from fedcore.config import DataConfig
 from fedcore.data.datasets import load_dataset
 from fedcore.errors import UserError
-from fedcore.plots import plt
+from fedcore.reporting.plots import plt
 from fedcore.train.augment import Augmenter
 
 WEAK, STRONG = 3, 5
