@@ -122,6 +122,9 @@ class TrainConfig(Strict):
     early_stop_patience: int = Field(0, ge=0, description="evaluations without improvement; 0 = off")
     augment: Literal["none", "weak"] = Field("none", description="augmentation for plain local training")
     memorization: bool = Field(True, description="score memorization of noisy training labels at eval")
+    loss_probe: bool = Field(
+        False, description="at eval, also score a small-loss GMM detector on the global model "
+        "(detect/loss_probe/*), whatever the method; never feeds back into training")
 
 
 class MethodConfig(Strict):

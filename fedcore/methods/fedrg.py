@@ -51,12 +51,12 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator
 from torch import nn
 
-from fedcore.engine.types import Estimates, RoundMetrics, Stage
+from fedcore.engine.types import Estimates, RoundMetrics, RoundPlan, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
 from fedcore.methods.registry import MethodParams, register
 from fedcore.models.base import seeded_init
-from fedcore.stats import vmf
+from fedcore.stats import transition, vmf
 from fedcore.train import losses
 from fedcore.train.local import make_optimizer
 
@@ -67,7 +67,14 @@ class FedRGParams(MethodParams):
     ssl_pretrain: bool = Field(True, description="run the federated SimCLR stage first")
     absorption: Literal["on", "off", "global"] = Field("on", description="personal T | none (T = I) | averaged T")
     loss: Literal["sce", "ce"] = Field("sce", description="loss on all samples")
-    score: Literal["paper", "code"] = Field("paper", description="clean-score form")
+    score: Literal["paper", "code", "posterior"] = Field(
+        "paper", description="clean score: paper <gamma, B[y]> | code (public code's ratio) | posterior "
+        "<gamma, P(y | component)>, robust where noise is the majority of a (client, label) group")
+    sce_on: Literal["all", "clean"] = Field(
+        "all", description="samples the lambda_s term sees: all (the paper's formula) | clean (its overview)")
+    t_init: Literal["identity", "estimate"] = Field(
+        "identity", description="T's start: identity (paper) | estimate from the flagged samples' predictions")
+    t_prior: float = Field(1.0, gt=0.0, description="t_init=estimate: pseudo-samples per class on T's diagonal")
     ssl_temperature: float = Field(0.07, gt=0.0, description="NT-Xent temperature (paper 0.07)")
     proj_dim: int = Field(128, ge=1, description="projector output size")
     components: int | None = Field(None, ge=1, description="vMF components G; default: number of classes")
@@ -163,9 +170,16 @@ def detect(method: FedRG, task) -> dict[str, Any]:
     resp = vmf.responsibilities(z, mix, vmf.temper_factor(kappa_aug, median), p.normalizer)
     weight = st.get("clean", np.ones(len(y), bool))
     weight = vmf.label_fallback(y, weight) if p.b_fallback else weight
-    b_new = vmf.class_geometry(resp[:, 1:], y, weight, c, p.eta)
-    b = vmf.ema_rows(st.get("B", np.full((c, g), 1.0 / g)), b_new, p.b_momentum)
-    score = vmf.clean_score(resp, b, y, p.score)
+    counts_new = vmf.class_counts(resp[:, 1:], y, weight, c, p.eta)
+    b = vmf.ema_rows(st.get("B", np.full((c, g), 1.0 / g)), counts_new / counts_new.sum(1, keepdims=True),
+                     p.b_momentum)
+    # The posterior's counts start at the first observation, not at a uniform B: a uniform start
+    # would make P(label | component) the label frequencies for the first rounds.
+    counts = counts_new if "counts" not in st else (1 - p.b_momentum) * st["counts"] + p.b_momentum * counts_new
+    if p.score == "posterior":
+        score = vmf.posterior_score(resp, counts, y)
+    else:
+        score = vmf.clean_score(resp, b, y, p.score)
     seeds = task.rng.integers(2**31, size=2)
     noisy = vmf.split_noisy(1.0 - score, int(seeds[0]))
     ce = F.cross_entropy(logits, y_t, reduction="none").cpu().numpy()
@@ -173,8 +187,29 @@ def detect(method: FedRG, task) -> dict[str, Any]:
     metrics = {"detect/flagged": float(noisy.mean()), "detect/small_loss/flagged": float(small_loss.mean()),
                "vmf/pi0": mix.pi0, "vmf/kappa_mean": float(mix.kappa.mean()),
                "vmf/bg_resp": float(resp[:, 0].mean())}
-    return {"noisy": torch.as_tensor(noisy, device=y_t.device), "small_loss": small_loss, "metrics": metrics,
-            "state": {"mix": mix.as_dict(), "median": median, "B": b, "clean": ~noisy}}
+    state = {"mix": mix.as_dict(), "median": median, "B": b, "counts": counts, "clean": ~noisy}
+    mask = torch.as_tensor(noisy, device=y_t.device)
+    if "t_init" in st:
+        state["t_init"] = st["t_init"]
+    elif wants_t_estimate(method, task):
+        set_t_estimate(method.model, logits[mask], y_t[mask], c, p.t_prior)
+        state["t_init"] = task.rnd
+    return {"noisy": mask, "small_loss": small_loss, "metrics": metrics, "state": state}
+
+
+def wants_t_estimate(method: FedRG, task) -> bool:
+    """t_init=estimate sets T once per client, on its first visit whose received head has been
+    trained (a train round after the stage's first): before that the predictions are a random head's."""
+    p = method.params
+    return p.t_init == "estimate" and p.absorption != "off" and task.instructions.get("train_round", 0) >= 1
+
+
+@torch.no_grad()
+def set_t_estimate(model: FedRGNet, logits: torch.Tensor, labels: torch.Tensor, c: int, prior: float) -> None:
+    """T <- the soft confusion of the flagged samples' predictions (n, C) against their labels (n,)."""
+    probs = F.softmax(logits.double(), dim=1).cpu().numpy()
+    t = transition.estimate_transition(probs, labels.cpu().numpy(), c, prior)
+    model.absorption.T.copy_(torch.as_tensor(t, dtype=model.absorption.T.dtype))
 
 
 @register("fedrg", params=FedRGParams)
@@ -200,6 +235,11 @@ class FedRG(StagedMethod):
     def build_model(self) -> nn.Module:
         return FedRGNet(super().build_model(), self.params.proj_dim, self.ctx.num_classes, self.ctx.seed + 7919)
 
+    def plan_round(self, state, rnd):
+        # Clients learn how many train rounds the received head has had (for t_init=estimate).
+        ins = {"train_round": state.stage_round} if state.stage == "train" else {}
+        return RoundPlan(stage=state.stage, instructions=ins)
+
     # -- local training -----------------------------------------------------------------
     def targets(self, task) -> torch.Tensor:
         if task.stage == "pretrain":
@@ -223,15 +263,21 @@ class FedRG(StagedMethod):
             return self.simclr_loss(model, batch.x, task.gen)
         p = self.params
         logits = model(batch.x)
-        if p.loss == "sce":
-            main = losses.sce(logits, batch.y, alpha=p.sce_alpha, beta=p.sce_beta)
-        else:
-            main = losses.ce(logits, batch.y)
         noisy = extras["noisy"][batch.pos]
+        main = self.main_loss(logits, batch.y, ~noisy if p.sce_on == "clean" else None)
         if not bool(noisy.any()) or p.lambda_n == 0:
             return p.lambda_s * main
         t = model.absorption.T if p.absorption != "off" else torch.eye(logits.shape[1], device=logits.device)
         return p.lambda_s * main + p.lambda_n * losses.forward_corrected_nll(logits[noisy], batch.y[noisy], t)
+
+    def main_loss(self, logits: torch.Tensor, y: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        """SCE (or CE) averaged over the batch, or over its `keep` samples (0 when there are none)."""
+        if keep is not None:
+            if not bool(keep.any()):
+                return logits.sum() * 0.0
+            logits, y = logits[keep], y[keep]
+        p = self.params
+        return losses.sce(logits, y, alpha=p.sce_alpha, beta=p.sce_beta) if p.loss == "sce" else losses.ce(logits, y)
 
     def simclr_loss(self, model: FedRGNet, x01: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """Symmetric NT-Xent of the projections of two SimCLR views of x01 (B, C, H, W)."""
