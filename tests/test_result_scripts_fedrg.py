@@ -1,0 +1,81 @@
+"""docs/results/fedrg_bench.py (the Fashion-MNIST mode of fedrg.sh): equal round budgets and
+tables that join the FedAvg run's small-loss probe into the FedRG rows."""
+
+import numpy as np
+import pytest
+
+from fedcore.config import config_from_dict
+from fedcore.data.federated import build_federated_dataset
+from fedcore.metrics import noise_majority
+from fedcore.run import run_experiment
+from tests.methods.test_fedrg import digits_cfg
+from tests.test_result_scripts import load_script
+
+BASE = ["-s", "method.name=fedavg", "-s", "method.params={}"]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_script("fedrg_bench")
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("preset") / "fedrg_sym_localized.yaml"
+    path.write_text(digits_cfg(pretrain=1, rounds=2).to_yaml())  # FedRG: 1 SimCLR + 2 train rounds
+    return str(path)
+
+
+def test_every_run_gets_fedrgs_total_budget(bench, preset):
+    sets = bench._sets
+    assert bench.total_rounds(preset, [])[0] == 3
+    assert bench.pad(preset, 3, sets(BASE)) == "-s train.rounds=3"  # baselines get the SimCLR rounds to train
+    assert bench.pad(preset, 3, sets(["-s", "method.params.ssl_pretrain=false"])) == "-s train.rounds=3"
+    assert bench.pad(preset, 3, sets(["-s", "method.params.score=posterior"])) == ""  # FedRG's stages untouched
+    with pytest.raises(SystemExit):
+        bench.pad(preset, 2, [])  # more rounds than the budget cannot be padded away
+
+
+@pytest.fixture(scope="module")
+def bench_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    cfg = digits_cfg(pretrain=1, rounds=2, train={"loss_probe": True})
+    fed = build_federated_dataset(cfg)
+    fed.save(root / "sym_localized" / "data-s0")
+    avg_cfg = config_from_dict(cfg.to_dict(), ["method.name=fedavg", "method.params={}", "train.rounds=3"])
+    avg = run_experiment(avg_cfg, root / "sym_localized" / "fedavg" / "s0", data=fed)
+    rg = run_experiment(cfg, root / "sym_localized" / "fedrg" / "s0", data=fed)
+    return root, fed, avg, rg
+
+
+def _table(out: str, title: str) -> dict[str, list[str]]:
+    block = out.split(title)[1].strip().split("\n\n")[0].splitlines()[2:]
+    return {cells[0]: cells[1:] for cells in ([c.strip() for c in ln.strip("|").split("|")] for ln in block)}
+
+
+def test_table_joins_the_fedavg_probe_and_splits_by_majority_groups(bench, bench_root, capsys):
+    root, fed, avg, rg = bench_root
+    bench.table(root)
+    out = capsys.readouterr().out
+
+    def pct(summary, key, digits=1):
+        return f"{100 * summary[key]:.{digits}f} ± 0.{'0' * digits} (n=1)" if digits else \
+            f"{100 * summary[key]:.0f} ± 0 (n=1)"
+
+    acc = _table(out, "Test accuracy, best round (%)")
+    assert acc["fedavg"] == [pct(avg.summary, "final/acc_best")]
+    det = _table(out, "Sample detection F1 at the last round (%), mean over clients")
+    assert det["fedavg+CE: small loss"] == [pct(avg.summary, "last/detect/loss_probe/sample_f1")]
+    assert det["fedrg: geometry"] == [pct(rg.summary, "last/detect/sample_f1")]
+    assert det["fedrg: small loss, same model"] == [pct(rg.summary, "last/detect/small_loss/sample_f1")]
+    split = _table(out, "Detection F1 at the last round within noise-majority / other (client, label) groups "
+                        "(%), pooled")
+    key = "last/detect/loss_probe/sample_f1"
+    assert split["fedavg+CE: small loss"] == [f"{pct(avg.summary, key + '_majority', 0)} / "
+                                              f"{pct(avg.summary, key + '_minority', 0)}"]
+    y, noisy = fed.y_train.numpy(), fed.truth.is_noisy_sample
+    maj = sum((noise_majority(y[p], noisy[p]) & noisy[p]).sum() for p in fed.client_indices)
+    share = _table(out, "Noisy samples in noise-majority (client, label) groups")["share"]
+    assert share == [f"{100 * maj / noisy.sum():.0f}%"]
+    assert 0 < maj < noisy.sum()  # the split is not trivially all or nothing on this scene
+    assert np.isfinite(rg.summary["last/detect/sample_f1_majority"])
