@@ -223,7 +223,7 @@ def test_sce_on_clean_feeds_only_the_unflagged_samples_to_sce(fed):
 
 
 def test_t_init_estimate_sets_T_once_from_the_flagged_predictions(fed):
-    from fedcore.methods.fedrg import detect, embed
+    from fedcore.methods.fedrg_detect import detect, embed
     from fedcore.stats.transition import estimate_transition
 
     method, state = make_method(fed, t_init="estimate", t_prior=2.0)
