@@ -4,6 +4,7 @@ Usage:
   fedrg_bench.py rounds CFG [-s k=v ...]        total rounds over every stage of that run
   fedrg_bench.py pad CFG TOTAL [-s k=v ...]     the override giving that run TOTAL rounds in all
   fedrg_bench.py table OUT                      the markdown tables of docs/results/fedrg.md
+  fedrg_bench.py auc RUN DATA                   how well each score ranks the noise at a FedRG run's end
 
 Equal budgets: every run of a comparison gets the rounds FedRG's paper setting uses in all
 (SimCLR pretrain + train). A run with fewer stages (FedAvg, SCE, FedProx, FedRG without the
@@ -154,6 +155,63 @@ def _verdict(runs: dict, sc: str, v: str) -> str:
     return f"{100 * (rg - max(sce, avg_best)):+.1f}"
 
 
+def final_scores(run: Path, data: Path) -> list[dict[str, np.ndarray]]:
+    """Per client: the paper and posterior geometry scores and the CE, recomputed with the run's final
+    model and each client's last mixture, templates and soft counts (the noisiness is 1 - score)."""
+    import torch
+    import torch.nn.functional as F
+
+    from fedcore.config import load_config
+    from fedcore.data.federated import FederatedDataset
+    from fedcore.engine.checkpoint import load_checkpoint
+    from fedcore.engine.sampler import client_rngs
+    from fedcore.engine.types import ClientTask
+    from fedcore.methods.fedrg_detect import embed
+    from fedcore.methods.registry import build_method
+    from fedcore.metrics import noise_majority
+    from fedcore.run import make_context
+    from fedcore.stats import vmf
+
+    cfg, fed = load_config(run / "config.yaml", ["train.device=cpu"]), FederatedDataset.load(data)
+    method = build_method(cfg)
+    state = method.init(make_context(cfg, fed, torch.device("cpu")))
+    method.model.load_state_dict(torch.load(run / "model.pt", map_location="cpu"))
+    clients = load_checkpoint(run / "checkpoints" / "stage-train.pt")["clients"]
+    out = []
+    for cid, st in enumerate(clients):
+        rng, gen = client_rngs(cfg.seed, 10**6, cid)
+        task = ClientTask(cid, state.params, method.ctx.clients[cid], {}, st, rng, gen, 10**6, "train")
+        z, z1, z2, logits = embed(method, task)
+        mix = vmf.VMFMixture(**st["mix"])
+        resp = vmf.responsibilities(z, mix, vmf.temper_factor(vmf.aug_concentration(z1, z2), st["median"]),
+                                    method.params.normalizer)
+        y = task.data.labels
+        idx = fed.client_indices[cid]
+        out.append({"paper": 1 - vmf.clean_score(resp, st["B"], y.numpy()),
+                    "posterior": 1 - vmf.posterior_score(resp, st["counts"], y.numpy()),
+                    "small loss": F.cross_entropy(logits, y, reduction="none").numpy(),
+                    "noisy": fed.truth.is_noisy_sample[idx],
+                    "majority": noise_majority(fed.y_train.numpy()[idx], fed.truth.is_noisy_sample[idx])})
+    return out
+
+
+def auc(run: Path, data: Path) -> None:
+    from sklearn.metrics import roc_auc_score
+
+    clients = final_scores(run, data)
+    print("| score | AUC, all samples | AUC in noise-majority groups | AUC in the other groups |\n|---|---|---|---|")
+    for name in ("paper", "posterior", "small loss"):
+        cells = []
+        for sel in (None, True, False):
+            vals = []
+            for c in clients:
+                m = np.ones(len(c["noisy"]), bool) if sel is None else c["majority"] == sel
+                if m.any() and 0 < c["noisy"][m].mean() < 1:
+                    vals.append(roc_auc_score(c["noisy"][m], c[name][m]))
+            cells.append(f"{np.mean(vals):.3f}" if vals else "-")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def main(argv: list[str]) -> None:
     cmd = argv[0] if argv else ""
     if cmd == "rounds":
@@ -162,6 +220,8 @@ def main(argv: list[str]) -> None:
         print(pad(argv[1], int(argv[2]), _sets(argv[3:])))
     elif cmd == "table":
         table(Path(argv[1]))
+    elif cmd == "auc":
+        auc(Path(argv[1]), Path(argv[2]))
     else:
         sys.exit(__doc__)
 
