@@ -59,8 +59,7 @@ def test_table_joins_the_fedavg_probe_and_splits_by_majority_groups(bench, bench
     out = capsys.readouterr().out
 
     def pct(summary, key, digits=1):
-        return f"{100 * summary[key]:.{digits}f} ± 0.{'0' * digits} (n=1)" if digits else \
-            f"{100 * summary[key]:.0f} ± 0 (n=1)"
+        return f"{100 * summary[key]:.{digits}f} (n=1)"
 
     acc = _table(out, "Test accuracy, best round (%)")
     assert acc["fedavg"] == [pct(avg.summary, "final/acc_best")]
@@ -106,3 +105,11 @@ def test_auc_rescores_the_final_model_on_each_clients_samples(bench, bench_root,
     want = np.mean([roc_auc_score(noisy[p], ce[p]) for p in fed.client_indices if 0 < noisy[p].mean() < 1])
     assert float(rows["small loss"][0]) == pytest.approx(want, abs=0.0005)
     assert all(0.0 <= float(v) <= 1.0 for r in rows.values() for v in r if v != "-")
+
+
+def test_cells_are_mean_and_population_std_over_seeds(bench):
+    runs = [{"k": 0.5}, {"k": 0.6}, {"k": 0.7}, {"k": None}]
+    assert bench.cell(runs, "k") == "60.0 ± 8.2"
+    assert bench.cell(runs[:2], "k") == "55.0 ± 5.0 (n=2)"
+    assert bench.cell(runs[:1], "k", digits=0) == "50 (n=1)"
+    assert bench.cell(runs[3:], "k") == "-"

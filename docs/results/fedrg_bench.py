@@ -68,6 +68,8 @@ def cell(runs: list[dict], key: str, scale: float = 100.0, digits: int = 1) -> s
     vals = [r[key] * scale for r in runs if r.get(key) is not None]
     if not vals:
         return "-"
+    if len(vals) == 1:
+        return f"{vals[0]:.{digits}f} (n=1)"
     text = f"{np.mean(vals):.{digits}f} ± {np.std(vals):.{digits}f}"
     return text if len(vals) == 3 else f"{text} (n={len(vals)})"
 
