@@ -4,7 +4,7 @@
 #   bash docs/results/fedrg.sh [OUT] [VARIANTS...]
 # MODE=fmnist (default): the Fashion-MNIST bench, presets $PRESETS/fedrg_<scenario>.yaml
 #   (PRESETS=configs/fmnist), OUT=runs/fedrg-fmnist, variants fedavg sce fedprox fedrg posterior
-#   sce_clean t_est combo. Equal budgets: every run gets FedRG's total rounds (SimCLR pretrain +
+#   sce_clean t_est combo post_t post_t_slow. Equal budgets: every run gets FedRG's total rounds (SimCLR pretrain +
 #   train); runs with fewer stages get the difference as train rounds (fedrg_bench.py pad).
 #   Every run also logs the small-loss probe on its global model (train.loss_probe).
 #   EXTRA="-s data.root=/path" is passed to `data prepare` and to every run.
@@ -25,7 +25,7 @@ RUNNER=${RUNNER:-nice -n 10}
 if [ "$MODE" = digits ]; then
   VARIANTS=${*:-"fedavg sce fedrg t_off t_global no_ssl ce code_score slow_t t_lr_code fallback"}
 else
-  VARIANTS=${*:-"fedavg sce fedprox fedrg posterior sce_clean t_est combo"}
+  VARIANTS=${*:-"fedavg sce fedprox fedrg posterior sce_clean t_est combo post_t post_t_slow"}
 fi
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
@@ -47,6 +47,8 @@ variant_args() {
     sce_clean) echo "-s method.params.sce_on=clean" ;;
     t_est) echo "-s method.params.t_init=estimate" ;;
     combo) echo "-s method.params.score=posterior -s method.params.sce_on=clean -s method.params.t_init=estimate" ;;
+    post_t) echo "-s method.params.score=posterior -s method.params.t_init=estimate" ;;
+    post_t_slow) echo "-s method.params.score=posterior -s method.params.t_init=estimate -s method.params.t_lr_scale=0.01" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }

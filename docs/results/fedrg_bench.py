@@ -27,7 +27,7 @@ import numpy as np
 
 SCENARIOS = ["sym_localized", "sym_globalized", "pair_localized", "pair_globalized"]
 BASELINES = ["fedavg", "sce", "fedprox"]
-FEDRG = ["fedrg", "posterior", "sce_clean", "t_est", "combo"]
+FEDRG = ["fedrg", "posterior", "sce_clean", "t_est", "combo", "post_t", "post_t_slow"]
 GEOM, SMALL, PROBE = "detect/sample", "detect/small_loss/sample", "detect/loss_probe/sample"
 
 
