@@ -1,12 +1,13 @@
-"""docs/results/fedrg_bench.py (the Fashion-MNIST mode of fedrg.sh): equal round budgets and
-tables that join the FedAvg run's small-loss probe into the FedRG rows."""
+"""docs/results/fedrg_bench.py (the Fashion-MNIST mode of fedrg.sh): equal round budgets (FedRG's
+SimCLR rounds inside the baselines' total) and tables that join the FedAvg run's small-loss probe
+into the FedRG rows."""
 
 import numpy as np
 import pytest
 
-from fedcore.config import config_from_dict
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.metrics import noise_majority
+from fedcore.registries import config_from_dict
 from fedcore.run import run_experiment
 from tests.methods.test_fedrg import digits_cfg
 from tests.test_result_scripts import load_script
@@ -26,14 +27,19 @@ def preset(tmp_path_factory):
     return str(path)
 
 
-def test_every_run_gets_fedrgs_total_budget(bench, preset):
+def test_fedrgs_simclr_rounds_count_inside_the_baselines_budget(bench, preset):
     sets = bench._sets
-    assert bench.total_rounds(preset, [])[0] == 3
-    assert bench.pad(preset, 3, sets(BASE)) == "-s train.rounds=3"  # baselines get the SimCLR rounds to train
-    assert bench.pad(preset, 3, sets(["-s", "method.params.ssl_pretrain=false"])) == "-s train.rounds=3"
-    assert bench.pad(preset, 3, sets(["-s", "method.params.score=posterior"])) == ""  # FedRG's stages untouched
+    assert bench.total_rounds(preset, [])[0] == 3 and bench.total_rounds(preset, sets(BASE))[0] == 2
+    assert bench.pad(preset, 2, []) == "-s train.rounds=1"  # FedRG: 1 SimCLR + 1 train round
+    assert bench.pad(preset, 2, sets(["-s", "method.params.score=posterior"])) == "-s train.rounds=1"
+    assert bench.pad(preset, 2, sets(BASE)) == ""  # the shared baselines keep the preset's rounds
+    assert bench.pad(preset, 2, sets(["-s", "method.params.ssl_pretrain=false"])) == ""
+    assert bench.pad(preset, 4, sets(BASE)) == "-s train.rounds=4"  # a larger budget pads upwards
     with pytest.raises(SystemExit):
-        bench.pad(preset, 2, [])  # more rounds than the budget cannot be padded away
+        bench.pad(preset, 1, [])  # the SimCLR stage alone uses the whole budget
+    # fedrg.sh asks for every FedRG row at once, against the preset's rounds as a FedAvg run
+    assert bench.pads(preset, ["", "-s method.params.score=posterior", "-s method.params.ssl_pretrain=false"]) == [
+        "-s train.rounds=1", "-s train.rounds=1", ""]
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +47,10 @@ def bench_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
     cfg = digits_cfg(pretrain=1, rounds=2, train={"loss_probe": True})
     fed = build_federated_dataset(cfg)
-    fed.save(root / "sym_localized" / "data-s0")
+    fed.save(root / "fedrg_sym_localized" / "data-s0")
     avg_cfg = config_from_dict(cfg.to_dict(), ["method.name=fedavg", "method.params={}", "train.rounds=3"])
-    avg = run_experiment(avg_cfg, root / "sym_localized" / "fedavg" / "s0", data=fed)
-    rg = run_experiment(cfg, root / "sym_localized" / "fedrg" / "s0", data=fed)
+    avg = run_experiment(avg_cfg, root / "fedrg_sym_localized" / "fedavg" / "s0", data=fed)
+    rg = run_experiment(cfg, root / "fedrg_sym_localized" / "fedrg" / "s0", data=fed)
     return root, fed, avg, rg
 
 
@@ -89,8 +95,8 @@ def test_auc_rescores_the_final_model_on_each_clients_samples(bench, bench_root,
     from fedcore.models import build_model
 
     root, fed, _, _ = bench_root
-    run = root / "sym_localized" / "fedrg" / "s0"
-    bench.auc(run, root / "sym_localized" / "data-s0")
+    run = root / "fedrg_sym_localized" / "fedrg" / "s0"
+    bench.auc(run, root / "fedrg_sym_localized" / "data-s0")
     rows = {r[0]: r[1:] for r in ([c.strip() for c in ln.strip("|").split("|")]
                                   for ln in capsys.readouterr().out.splitlines()[2:])}
     assert list(rows) == ["paper", "posterior", "small loss"]

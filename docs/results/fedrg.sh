@@ -1,39 +1,61 @@
 #!/usr/bin/env bash
-# Reproduce docs/results/fedrg.md. Every method of a (scenario, seed) runs on one prepared
-# artifact; finished runs (metrics.json) are skipped, interrupted ones continued.
-#   bash docs/results/fedrg.sh [OUT] [VARIANTS...]
-# MODE=fmnist (default): the Fashion-MNIST bench, presets $PRESETS/fedrg_<scenario>.yaml
-#   (PRESETS=configs/fmnist), OUT=runs/fedrg-fmnist, variants fedavg sce fedprox fedrg posterior
-#   sce_clean t_est combo post_t post_t_slow. Equal budgets: every run gets FedRG's total rounds (SimCLR pretrain +
-#   train); runs with fewer stages get the difference as train rounds (fedrg_bench.py pad).
-#   Every run also logs the small-loss probe on its global model (train.loss_probe).
-#   EXTRA="-s data.root=/path" is passed to `data prepare` and to every run.
-# MODE=digits: the smoke-scale digits grid of the first results (configs/fedrg_digits_*).
-# RUNNER (default "nice -n 10") prefixes every run, e.g. RUNNER=/work/bin/slot; PARALLEL=2 runs at once.
+# Reproduce docs/results/fedrg.md: FedAvg / SCE / FedRG (+ ablations) on the four digits
+# scenarios, 3 seeds. Every method of a (scenario, seed) runs on one prepared artifact.
+#   bash docs/results/fedrg.sh [OUT] [VARIANTS...]     (default OUT=runs/fedrg, all variants)
+#   bash docs/results/fedrg.sh fmnist [OUT] [JOBS]     Fashion-MNIST ($FMNIST_PRESETS/fedrg_*, default
+#        configs/fmnist): every baseline, FedAvg on clean labels, FedRG and its v2 variants, seeds 0-2, then the
+#        tables (OUT defaults to runs/fmnist, shared with the other docs)
+# Runs two at a time, one thread each, niced; finished runs (metrics.json) are skipped.
+# The digits scenarios are smoke-scale.
 set -euo pipefail
+if [ "${1:-}" = fmnist ]; then
+  FMNIST_OUT=${2:-runs/fmnist} JOBS=${3:-1}
+  # shellcheck source=docs/results/fmnist_lib.sh
+  . "$(dirname "$0")/fmnist_lib.sh"
+  # FedRG as the paper specifies, each v2 variant alone, their combination, and two exploratory
+  # settings (docs/results/fedrg.md). Equal budgets: FedRG's SimCLR rounds count inside the
+  # baselines' total (`fedrg_bench.py pad` sets train.rounds from the stages each run declares).
+  fedrg_rows=(
+    "fedrg"
+    "fedrg-posterior -s method.params.score=posterior"
+    "fedrg-sce_clean -s method.params.sce_on=clean"
+    "fedrg-t_est -s method.params.t_init=estimate"
+    "fedrg-combo -s method.params.score=posterior -s method.params.sce_on=clean -s method.params.t_init=estimate"
+    "fedrg-post_t -s method.params.score=posterior -s method.params.t_init=estimate"
+    "fedrg-post_t_slow -s method.params.score=posterior -s method.params.t_init=estimate -s method.params.t_lr_scale=0.01"
+  )
+  presets=(fedrg_sym_localized fedrg_sym_globalized fedrg_pair_localized fedrg_pair_globalized)
+  for preset in "${presets[@]}"; do
+    fm_baselines "$preset"
+    names=() overrides=()
+    for row in "${fedrg_rows[@]}"; do
+      read -r name rest <<< "$row"
+      names+=("$name") overrides+=("$rest")
+    done
+    mapfile -t budget < <($PY docs/results/fedrg_bench.py pads "$FMNIST_PRESETS/$preset.yaml" "${overrides[@]}")
+    for i in "${!fedrg_rows[@]}"; do
+      # shellcheck disable=SC2086  # a row's overrides and its budget are word lists
+      fm_queue "$preset" "${names[i]}" ${overrides[i]} ${budget[i]}
+    done
+  done
+  fm_go "${presets[@]}"
+  # FedRG's own views: the variants side by side, the three detector views, the majority split.
+  $PY docs/results/fedrg_bench.py table "$FMNIST_OUT"
+  exit 0
+fi
 # An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.
 resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
-MODE=${MODE:-fmnist}
-if [ "$MODE" = digits ]; then DEFAULT_OUT=runs/fedrg; else DEFAULT_OUT=runs/fedrg-fmnist; fi
-OUT=${1:-$DEFAULT_OUT}; shift || true
+OUT=${1:-runs/fedrg}; shift || true
 PY=${PY:-.venv/bin/python}
 SEEDS=${SEEDS:-"0 1 2"}
 SCENARIOS=${SCENARIOS:-"sym_localized sym_globalized pair_localized pair_globalized"}
-PRESETS=${PRESETS:-configs/fmnist}
-EXTRA=${EXTRA:-}
-RUNNER=${RUNNER:-nice -n 10}
-if [ "$MODE" = digits ]; then
-  VARIANTS=${*:-"fedavg sce fedrg t_off t_global no_ssl ce code_score slow_t t_lr_code fallback"}
-else
-  VARIANTS=${*:-"fedavg sce fedprox fedrg posterior sce_clean t_est combo post_t post_t_slow"}
-fi
+VARIANTS=${*:-"fedavg sce fedrg t_off t_global no_ssl ce code_score slow_t t_lr_code fallback"}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 variant_args() {
   case $1 in
     fedavg) echo "-s method.name=fedavg -s method.params={}" ;;
     sce) echo "-s method.name=symmetric_ce -s method.params={}" ;;
-    fedprox) echo "-s method.name=fedprox -s method.params={}" ;;
     fedrg) echo "" ;;
     no_ssl) echo "-s method.params.ssl_pretrain=false" ;;
     t_off) echo "-s method.params.absorption=off" ;;
@@ -43,49 +65,27 @@ variant_args() {
     slow_t) echo "-s method.params.t_lr_scale=0.01" ;;
     t_lr_code) echo "-s method.params.t_lr_scale=0.2" ;;  # T at lr 0.01, the public code's fine-tune rate
     fallback) echo "-s method.params.b_fallback=true" ;;
-    posterior) echo "-s method.params.score=posterior" ;;
-    sce_clean) echo "-s method.params.sce_on=clean" ;;
-    t_est) echo "-s method.params.t_init=estimate" ;;
-    combo) echo "-s method.params.score=posterior -s method.params.sce_on=clean -s method.params.t_init=estimate" ;;
-    post_t) echo "-s method.params.score=posterior -s method.params.t_init=estimate" ;;
-    post_t_slow) echo "-s method.params.score=posterior -s method.params.t_init=estimate -s method.params.t_lr_scale=0.01" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
 
-preset() { if [ "$MODE" = digits ]; then echo "configs/fedrg_digits_$1.yaml"; else echo "$PRESETS/fedrg_$1.yaml"; fi; }
-
 if [ "${TABLE_ONLY:-0}" != 1 ]; then
 jobs_file=$(mktemp)
 for sc in $SCENARIOS; do
-  cfg=$(preset "$sc")
-  # shellcheck disable=SC2086  # EXTRA and the variant args are word lists
-  if [ "$MODE" != digits ]; then
-    total=$($PY docs/results/fedrg_bench.py rounds "$cfg" $EXTRA -s method.name=fedrg)
-  fi
+  cfg=configs/fedrg_digits_${sc}.yaml
   for s in $SEEDS; do
     data=$OUT/$sc/data-s$s
-    # shellcheck disable=SC2086
-    [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "$cfg" --out "$data" -s seed=$s $EXTRA > /dev/null
+    [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "$cfg" --out "$data" -s seed=$s > /dev/null
     for v in $VARIANTS; do
       args=$(variant_args "$v") || exit 2
       run=$OUT/$sc/$v/s$s
       [ -f "$run/metrics.json" ] && continue
-      if [ "$MODE" != digits ]; then
-        # shellcheck disable=SC2086
-        args="$EXTRA $args -s train.loss_probe=true $($PY docs/results/fedrg_bench.py pad "$cfg" "$total" $EXTRA $args)"
-      fi
-      echo "$RUNNER $PY -m fedcore run $cfg --data $data --out $run $(resume_flag "$run") -s seed=$s $args --no-progress > /dev/null 2>&1 || echo FAILED $run" >> "$jobs_file"
+      echo "nice -n 10 $PY -m fedcore run $cfg --data $data --out $run $(resume_flag "$run") -s seed=$s $args --no-progress > /dev/null 2>&1 || echo FAILED $run" >> "$jobs_file"
     done
   done
 done
 xargs -P "${PARALLEL:-2}" -I{} bash -c {} < "$jobs_file"
 rm -f "$jobs_file"
-fi
-
-if [ "$MODE" != digits ]; then
-  $PY docs/results/fedrg_bench.py table "$OUT"
-  exit 0
 fi
 
 # Tables (markdown): accuracy = mean of the last 10 evaluations (mean ± std over seeds);

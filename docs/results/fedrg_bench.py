@@ -3,51 +3,63 @@
 Usage:
   fedrg_bench.py rounds CFG [-s k=v ...]        total rounds over every stage of that run
   fedrg_bench.py pad CFG TOTAL [-s k=v ...]     the override giving that run TOTAL rounds in all
+  fedrg_bench.py pads CFG ROW...                `pad` for each ROW ("-s k=v -s ..."), one line each,
+                                                TOTAL being the preset's rounds as a FedAvg run
   fedrg_bench.py table OUT                      the markdown tables of docs/results/fedrg.md
   fedrg_bench.py auc RUN DATA                   how well each score ranks the noise at a FedRG run's end
 
-Equal budgets: every run of a comparison gets the rounds FedRG's paper setting uses in all
-(SimCLR pretrain + train). A run with fewer stages (FedAvg, SCE, FedProx, FedRG without the
-SimCLR stage) gets the difference as extra train rounds; FedRG's own stages are left as the
-preset sets them. The rule reads only the stages a method declares, never its name.
+Equal budgets: every run of a comparison gets the baselines' total number of rounds. FedRG's
+SimCLR rounds count inside it: `pad` lowers (or raises) train.rounds until the run's stages add
+up to TOTAL, reading only the stages a method declares, never its name. The shared baseline
+runs of docs/results/fmnist_lib.sh keep the preset's train.rounds.
 
-`table` reads the run dirs (OUT/<scenario>/<variant>/s<seed>) and the prepared artifacts
-(OUT/<scenario>/data-s<seed>, for the share of noise in noise-majority groups, which needs the
-truth: this script lives here and not in the library).
+`table` reads the fmnist_lib layout: runs OUT/fedrg_<scenario>/<row>/s<seed> (rows fedavg,
+symmetric_ce, fedprox, fedrg, fedrg-<variant>) and the prepared artifacts
+OUT/fedrg_<scenario>/data-s<seed> (for the share of noise in noise-majority groups, which needs
+the truth: this script lives here and not in the library).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import shlex
 import sys
 from pathlib import Path
 
 import numpy as np
 
 SCENARIOS = ["sym_localized", "sym_globalized", "pair_localized", "pair_globalized"]
-BASELINES = ["fedavg", "sce", "fedprox"]
-FEDRG = ["fedrg", "posterior", "sce_clean", "t_est", "combo", "post_t", "post_t_slow"]
+BASELINES = ["fedavg", "symmetric_ce", "fedprox"]
+FEDRG = ["fedrg", "fedrg-posterior", "fedrg-sce_clean", "fedrg-t_est", "fedrg-combo", "fedrg-post_t",
+         "fedrg-post_t_slow"]
 GEOM, SMALL, PROBE = "detect/sample", "detect/small_loss/sample", "detect/loss_probe/sample"
 
 
 def total_rounds(cfg_path: str, overrides: list[str]) -> tuple[int, int]:
     """(rounds over every stage, train.rounds) of the run `cfg_path` + overrides would make."""
-    from fedcore.config import load_config
     from fedcore.methods.registry import build_method
+    from fedcore.registries import load_config
 
     cfg = load_config(cfg_path, overrides)
     return sum(s.rounds for s in build_method(cfg).stages), cfg.train.rounds
 
 
 def pad(cfg_path: str, total: int, overrides: list[str]) -> str:
+    """'-s train.rounds=N' giving the run TOTAL rounds over all its stages ('' when it has them)."""
     own, train = total_rounds(cfg_path, overrides)
     if own == total:
         return ""
     extra = f"train.rounds={train + total - own}"
-    if own > total or total_rounds(cfg_path, [*overrides, extra])[0] != total:
+    if train + total - own < 1 or total_rounds(cfg_path, [*overrides, extra])[0] != total:
         sys.exit(f"cannot give this run {total} rounds in all by train.rounds alone (it has {own})")
     return f"-s {extra}"
+
+
+def pads(cfg_path: str, rows: list[str]) -> list[str]:
+    """One `pad` per row of overrides (one import of fedcore for all), against the baselines' total."""
+    total = total_rounds(cfg_path, ["method.name=fedavg", "method.params={}"])[0]
+    return [pad(cfg_path, total, _sets(shlex.split(row))) for row in rows]
 
 
 def _sets(argv: list[str]) -> list[str]:
@@ -85,13 +97,17 @@ def print_table(title: str, scs: list[str], rows: list[tuple[str, object]]) -> N
         print(f"| {name} | " + " | ".join(fn(sc) for sc in scs) + " |")
 
 
+def scenario_dir(out: Path, sc: str) -> Path:
+    return out / f"fedrg_{sc}"
+
+
 def majority_share(out: Path, sc: str) -> str:
     """Share of the noisy samples that sit in a noise-majority (client, label) group, over seeds."""
     from fedcore.data.federated import FederatedDataset
     from fedcore.metrics import noise_majority
 
     shares = []
-    for data in sorted((out / sc).glob("data-s*")):
+    for data in sorted(scenario_dir(out, sc).glob("data-s*")):
         fed = FederatedDataset.load(data)
         y, noisy = fed.y_train.numpy(), fed.truth.is_noisy_sample
         maj = np.concatenate([noise_majority(y[p], noisy[p]) & noisy[p] for p in fed.client_indices])
@@ -100,8 +116,8 @@ def majority_share(out: Path, sc: str) -> str:
 
 
 def table(out: Path) -> None:
-    scs = [s for s in SCENARIOS if (out / s).is_dir()]
-    runs = {(sc, v): [load(m.parent) for m in sorted((out / sc / v).glob("s*/metrics.json"))]
+    scs = [s for s in SCENARIOS if scenario_dir(out, s).is_dir()]
+    runs = {(sc, v): [load(m.parent) for m in sorted((scenario_dir(out, sc) / v).glob("s*/metrics.json"))]
             for sc in scs for v in BASELINES + FEDRG}
     variants = [v for v in BASELINES + FEDRG if any(runs[sc, v] for sc in scs)]
     fedrgs = [v for v in FEDRG if v in variants]
@@ -150,7 +166,7 @@ def _split(runs: list[dict], key: str) -> str:
 
 
 def _verdict(runs: dict, sc: str, v: str) -> str:
-    rg, sce, avg = (mean(runs[sc, k], "final/acc_last10") for k in (v, "sce", "fedavg"))
+    rg, sce, avg = (mean(runs[sc, k], "final/acc_last10") for k in (v, "symmetric_ce", "fedavg"))
     avg_best = mean(runs[sc, "fedavg"], "final/acc_best")
     if rg is None or sce is None or avg_best is None or avg is None:
         return "-"
@@ -163,7 +179,6 @@ def final_scores(run: Path, data: Path) -> list[dict[str, np.ndarray]]:
     import torch
     import torch.nn.functional as F
 
-    from fedcore.config import load_config
     from fedcore.data.federated import FederatedDataset
     from fedcore.engine.checkpoint import load_checkpoint
     from fedcore.engine.sampler import client_rngs
@@ -171,6 +186,7 @@ def final_scores(run: Path, data: Path) -> list[dict[str, np.ndarray]]:
     from fedcore.methods.fedrg_detect import embed
     from fedcore.methods.registry import build_method
     from fedcore.metrics import noise_majority
+    from fedcore.registries import load_config
     from fedcore.run import make_context
     from fedcore.stats import vmf
 
@@ -220,6 +236,8 @@ def main(argv: list[str]) -> None:
         print(total_rounds(argv[1], _sets(argv[2:]))[0])
     elif cmd == "pad":
         print(pad(argv[1], int(argv[2]), _sets(argv[3:])))
+    elif cmd == "pads":
+        print("\n".join(pads(argv[1], argv[2:])))
     elif cmd == "table":
         table(Path(argv[1]))
     elif cmd == "auc":

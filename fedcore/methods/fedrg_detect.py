@@ -4,11 +4,12 @@ Each train round a client embeds its whole local set with the received model, re
 mixture, scores every sample geometrically (paper, code or posterior form), splits the scores
 with a 2-component GMM, runs the small-loss detector on the same model beside it, and (with
 `t_init: estimate`) sets its absorption matrix T once from the flagged samples' predictions.
+`method` is the running `FedRG` (not imported here: fedrg.py imports this module).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,12 +17,9 @@ import torch.nn.functional as F
 
 from fedcore.stats import transition, vmf
 
-if TYPE_CHECKING:
-    from fedcore.methods.fedrg import FedRG, FedRGNet
-
 
 @torch.no_grad()
-def embed(method: FedRG, task) -> tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]:
+def embed(method: Any, task) -> tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]:
     """Unit embeddings of every local sample and of two SimCLR views, plus logits.
 
     Returns z, z1, z2 (n, d) float64 arrays and logits (n, C) on the device.
@@ -39,7 +37,7 @@ def embed(method: FedRG, task) -> tuple[np.ndarray, np.ndarray, np.ndarray, torc
     return z[0], z[1], z[2], torch.cat(logits)
 
 
-def detect(method: FedRG, task) -> dict[str, Any]:
+def detect(method: Any, task) -> dict[str, Any]:
     """One client's detection pass: vMF geometry detector (-> training mask) and small-loss detector."""
     p, y_t = method.params, task.data.labels
     y, c = y_t.cpu().numpy(), method.ctx.num_classes
@@ -79,7 +77,7 @@ def detect(method: FedRG, task) -> dict[str, Any]:
     return {"noisy": mask, "small_loss": small_loss, "metrics": metrics, "state": state}
 
 
-def wants_t_estimate(method: FedRG, task) -> bool:
+def wants_t_estimate(method: Any, task) -> bool:
     """t_init=estimate sets T once per client, on its first visit whose received head has been
     trained (a train round after the stage's first): before that the predictions are a random head's."""
     p = method.params
@@ -87,7 +85,7 @@ def wants_t_estimate(method: FedRG, task) -> bool:
 
 
 @torch.no_grad()
-def set_t_estimate(model: FedRGNet, logits: torch.Tensor, labels: torch.Tensor, c: int, prior: float) -> None:
+def set_t_estimate(model: Any, logits: torch.Tensor, labels: torch.Tensor, c: int, prior: float) -> None:
     """T <- the soft confusion of the flagged samples' predictions (n, C) against their labels (n,)."""
     probs = F.softmax(logits.double(), dim=1).cpu().numpy()
     t = transition.estimate_transition(probs, labels.cpu().numpy(), c, prior)
