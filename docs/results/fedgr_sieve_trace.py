@@ -69,7 +69,7 @@ class TracingEvaluator(run_module.Evaluator):
     rows: list[dict] = []
 
     def __init__(self, fed: FederatedDataset, device, train_store, seed: int = 0, **kw) -> None:
-        super().__init__(fed, device, train_store, **kw)
+        super().__init__(fed, device, train_store, seed=seed, **kw)
         self.seed = seed
         parts = [np.asarray(p) for p in fed.client_indices]
         self.idx = torch.as_tensor(np.concatenate(parts))
@@ -113,7 +113,7 @@ def main(cfg_path: str, data: str, out: str, overrides: list[str]) -> None:
     holder: list[TracingEvaluator] = []
 
     def make(*a, **kw):
-        ev = TracingEvaluator(*a, seed=cfg.seed, **kw)
+        ev = TracingEvaluator(*a, **{"seed": cfg.seed, **kw})
         init = build_model(cfg.model, ev.train_store.in_shape, fed.num_classes, seed=cfg.seed).to(ev.y_test.device)
         ev.observe(init, 0)  # round 0's surrogate comes from the initial model
         holder.append(ev)
