@@ -1,4 +1,11 @@
-"""The noise-scene report: a JSON summary per client and the rich table the CLI prints."""
+"""The noise-scene report: a JSON summary per client and the rich table the CLI prints.
+
+Multi-label datasets that know their true label correlation (extras['true_corr']) also get
+the premise check of consensus methods (spec fedharmony.md, v2 notes): the mean distance
+from the leave-one-out consensus of the clients' label correlations to the truth, against
+the mean distance from a client's own, on the clean labels and on the annotated ones. It is
+data-level (it reads the clean labels here, at prepare time); no method reaches it.
+"""
 
 from __future__ import annotations
 
@@ -37,7 +44,24 @@ def scene_report(fed: FederatedDataset) -> dict[str, Any]:
         "overall_noise_rate": _f(np.mean(t.is_noisy_sample)),
         "clients": clients,
         "notes": fed.meta.get("notes", []),
+        **({"premise": premise} if (premise := premise_check(fed)) else {}),
     }
+
+
+def premise_check(fed: FederatedDataset) -> dict[str, Any] | None:
+    """{'clean': ..., 'annotated': ...} from `stats.correlation.premise_distances`; None without a truth."""
+    truth = (fed.meta.get("extras") or {}).get("true_corr")
+    if fed.task != "multi" or truth is None:
+        return None
+    from fedcore.stats.correlation import phi_correlation, premise_distances
+
+    sizes = [len(idx) for idx in fed.client_indices]
+    out = {}
+    for name, y in (("clean", fed.truth.y_true), ("annotated", fed.y_train.numpy())):
+        corrs = [phi_correlation(np.asarray(y[idx], dtype=np.float64), eps=0.0).numpy() for idx in fed.client_indices]
+        res = premise_distances(corrs, sizes, np.asarray(truth, dtype=np.float64))
+        out[name] = {k: (_f(v) if isinstance(v, float) else [_f(x) for x in v]) for k, v in res.items()}
+    return out
 
 
 def _f(x: float) -> float | None:
@@ -58,5 +82,9 @@ def print_scene(fed: FederatedDataset, console: Console) -> None:
             "-" if c["realized_rate"] is None else f"{c['realized_rate']:.3f}",
         )
     console.print(table)
+    for name, res in rep.get("premise", {}).items():
+        verdict = "holds" if res["consensus"] < res["own"] else "FAILS"
+        console.print(f"premise ({name} labels): leave-one-out consensus to true correlation {res['consensus']:.3f} "
+                      f"vs a client's own {res['own']:.3f} (mean over clients): {verdict}")
     for note in rep["notes"]:
         console.print(f"note: {note}")

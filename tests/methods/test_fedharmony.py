@@ -108,7 +108,8 @@ def _batch(task):
 
 
 def test_alignment_loss_is_zero_when_local_correlation_equals_the_teacher(fed):
-    method, state = make_method(fed, blocks=False)
+    # Spec v1 form: R_k of the mini-batch alone, squared Frobenius summed over the entries.
+    method, state = make_method(fed, blocks=False, estimate="batch", scale="sum")
     task = _task(method, state)
     batch = _batch(task)
     with torch.no_grad():
@@ -118,6 +119,7 @@ def test_alignment_loss_is_zero_when_local_correlation_equals_the_teacher(fed):
     task = _task(method, state, teacher=own)
     extras = method.before_local(task)
     assert extras["mask"].sum() == 90  # blocks off: every off-diagonal entry
+    assert "table" not in extras
     assert method.loss(method.model, batch, task, extras).item() == pytest.approx(bce.item(), abs=1e-5)
     far = _task(method, state, teacher=np.full((10, 10), 0.9))
     far_extras = method.before_local(far)
