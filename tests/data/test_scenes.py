@@ -156,3 +156,23 @@ def test_bad_params_are_refused():
         load_dataset(DataConfig(name="scenes_mosaic", params={"tiles": "cifar"}))
     with pytest.raises(ConfigError, match="tile_px"):
         load_dataset(DataConfig(name="scenes_mosaic", params={"tile_px": 5}))
+
+
+def test_data_prepare_prints_the_premise_and_the_scene_report_stores_it(tmp_path: Path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from fedcore.cli import app
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps({"data": {"name": "scenes_mosaic", "params": {"unannotated": 1}},
+                               "partition": {"kind": "natural", "num_clients": 10}, "noise": {"type": "none"}}))
+    res = CliRunner().invoke(app, ["data", "prepare", str(cfg), "--out", str(tmp_path / "data")])
+    assert res.exit_code == 0, res.output
+    prem = json.loads((tmp_path / "data" / "scene.json").read_text())["premise"]
+    clean = prem["clean"]
+    assert len(clean["own_per_client"]) == 10 and clean["own"] == pytest.approx(np.mean(clean["own_per_client"]),
+                                                                                abs=1e-3)
+    assert (f"premise (clean labels): leave-one-out consensus to true correlation {clean['consensus']:.3f} "
+            f"vs a client's own {clean['own']:.3f}") in " ".join(res.output.split())

@@ -161,12 +161,25 @@ def test_multilabel_runs_through_fedcore_run_with_all_metrics(tmp_path, method):
         assert key in summary and np.isfinite(summary[key]), key
 
 
-@pytest.mark.parametrize("name", ["digits_mosaic", "voc", "coco", "flair"])
-def test_presets_validate(name: str):
+@pytest.mark.parametrize("path", [*(f"configs/fedharmony_{n}.yaml" for n in ("digits_mosaic", "voc", "coco", "flair",
+                                                                             "scenes_digits")),
+                                  "configs/fmnist/fedharmony_scenes.yaml"])
+def test_presets_validate(path: str):
     from fedcore.config import load_config
 
-    cfg = load_config(f"configs/fedharmony_{name}.yaml")
+    cfg = load_config(path)
     assert cfg.method.name == "fedharmony" and cfg.partition.num_clients == 10
+    build_method(cfg)  # method params valid
+
+
+def test_scenes_presets_differ_only_in_their_tiles():
+    from fedcore.config import load_config
+
+    digits = load_config("configs/fedharmony_scenes_digits.yaml").to_dict()
+    fmnist = load_config("configs/fmnist/fedharmony_scenes.yaml").to_dict()
+    assert digits["data"]["params"].pop("tiles") == "digits"
+    assert fmnist["data"]["params"].pop("tiles") == "fashion_mnist"
+    assert digits == fmnist
 
 
 def test_early_stopping_watches_map_on_multilabel_runs():
