@@ -20,13 +20,13 @@ import time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedcore.config import load_config
 from fedcore.data.build import build
 from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler, client_rngs
 from fedcore.engine.store import ClientStateStore
 from fedcore.methods.registry import build_method
 from fedcore.models import resolve_device
+from fedcore.registries import load_config
 from fedcore.run import make_context
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.run import run_experiment
 from fedcore.stats.correlation import offdiag_distance, phi_correlation
 from tests.test_result_scripts import _floats, _run_quiet, load_script

@@ -82,9 +82,10 @@ for setting in $SETTINGS; do
   "$(dirname "$FEDCORE")/python" - "$OUT/$setting" "$SEEDS" <<'PY'
 import json, sys
 from pathlib import Path
-from fedcore.compare import mean_std
+from fedcore.reporting.compare import mean_std
 root, seeds = Path(sys.argv[1]), sys.argv[2].split()
-keys = [("final/mAP", "mAP"), ("final/mAP_last10", "mAP last10"), ("last/test/CF1", "CF1"), ("last/test/OF1", "OF1"),
+keys = [("final/mAP", "mAP"), ("final/mAP_last10", "mAP last10"), ("last/test/OmAP", "O-mAP"),
+        ("last/test/CF1", "CF1"), ("last/test/OF1", "OF1"),
         ("last/test/corr_dist", "corr dist"), ("last/test/corr_dist_hard", "corr dist (0.5)")]
 def summary(run, seed):
     f = root / run / f"s{seed}" / "metrics.json"

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedcore.config import load_config
 from fedcore.data.federated import FederatedDataset
 from fedcore.metrics.multilabel import average_precision, label_aps
 from fedcore.models import build_model
+from fedcore.registries import load_config
 from fedcore.run import make_context
 from fedcore.stats.correlation import leave_one_out, offdiag_distance, phi_correlation
 

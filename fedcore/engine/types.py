@@ -17,10 +17,22 @@ import torch
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
-    from fedcore.data.federated import FederatedView
     from fedcore.engine.store import ClientData, TensorStore
 
 Params = dict[str, torch.Tensor]
+
+
+class DataView(Protocol):
+    """What a method may see of the federated dataset: inputs, working labels, client index
+    arrays and metadata, never ground truth. `fedcore.data.federated.FederatedView` is the
+    one implementation; the engine names only this shape, so it never imports the data layer."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    client_indices: list[np.ndarray]
+    num_classes: int
+    task: str
+    meta: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -118,7 +130,7 @@ class RunContext:
     """Everything a method may use to set itself up. Holds no ground truth."""
 
     cfg: ExperimentConfig
-    view: FederatedView
+    view: DataView
     store: TensorStore
     clients: list[ClientData]
     device: torch.device

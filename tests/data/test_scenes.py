@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedcore.config import DataConfig, config_from_dict
+from fedcore.config import DataConfig
 from fedcore.data.datasets import load_dataset
 from fedcore.data.scenes import DEFAULTS, client_moments, draw_labels, make_spec, place, render
 from fedcore.errors import ConfigError
+from fedcore.registries import config_from_dict
 from fedcore.stats.correlation import phi_correlation
 from tests.data.test_loaders import write_mnist
 
@@ -127,7 +128,7 @@ def test_test_split_is_the_equal_mixture_of_clients_with_every_label_annotated()
 
 def test_premise_holds_on_the_drifted_split_and_is_trivial_on_an_iid_split():
     nat = _fed(unannotated=1)  # defaults: 4,000 mosaics, 10 clients, alpha 0.3
-    from fedcore.data.report import scene_report
+    from fedcore.data.federated import scene_report
 
     prem = scene_report(nat)["premise"]
     for labels in ("clean", "annotated"):

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedcore.config import load_config
 from fedcore.data.build import build
 from fedcore.engine.callbacks import Callback
 from fedcore.errors import ArtifactError, ConfigError
+from fedcore.registries import load_config
 from fedcore.run import run_experiment
 
 FAST = ["train.device=cpu", "train.rounds=4", "train.local_epochs=1", "partition.num_clients=6",

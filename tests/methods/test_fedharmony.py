@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from fedcore.cli import app
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan
 from fedcore.errors import ConfigError
@@ -165,7 +165,7 @@ def test_multilabel_runs_through_fedcore_run_with_all_metrics(tmp_path, method):
                                                                              "scenes_digits")),
                                   "configs/fmnist/fedharmony_scenes.yaml"])
 def test_presets_validate(path: str):
-    from fedcore.config import load_config
+    from fedcore.registries import load_config
 
     cfg = load_config(path)
     assert cfg.method.name == "fedharmony" and cfg.partition.num_clients == 10
@@ -173,7 +173,7 @@ def test_presets_validate(path: str):
 
 
 def test_scenes_presets_differ_only_in_their_tiles():
-    from fedcore.config import load_config
+    from fedcore.registries import load_config
 
     digits = load_config("configs/fedharmony_scenes_digits.yaml").to_dict()
     fmnist = load_config("configs/fmnist/fedharmony_scenes.yaml").to_dict()
@@ -183,7 +183,7 @@ def test_scenes_presets_differ_only_in_their_tiles():
 
 
 def test_early_stopping_watches_map_on_multilabel_runs():
-    from fedcore.progress import EarlyStopping
+    from fedcore.engine.callbacks import EarlyStopping
 
     stop = EarlyStopping(patience=1)
     stop.after_round(1, "train", {"test/mAP": 0.5})
