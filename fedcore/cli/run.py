@@ -72,7 +72,7 @@ def run(
     check_run_dir(out, resume)
     if nproc > 1:
         args = [str(config), "--out", str(out), *_passed_on(set_, data, resume, stage, progress)]
-        return launch_ranks(cfg, nproc, out, args)
+        return launch_ranks(cfg, nproc, out, resume, args)
     info = init_distributed(resolve_device(cfg.train.device))
     main = info is None or info.is_main
     try:
@@ -93,20 +93,23 @@ def _passed_on(set_, data, resume, stage, progress) -> list[str]:
     return args + ([] if progress else ["--no-progress"])
 
 
-def launch_ranks(cfg, nproc: int, out: Path, args: list[str]) -> None:
+def launch_ranks(cfg, nproc: int, out: Path, resume: Path | None, args: list[str]) -> None:
     """`fedcore run --nproc N`: torchrun N ranks of this run; a failed rank ends it with one line."""
     import torch
 
-    from fedcore.cli.launch import launch
-    from fedcore.engine.distributed import launched_world, rank_device
+    from fedcore.engine import distributed
     from fedcore.errors import UserError
     from fedcore.models import resolve_device
 
-    if launched_world() > 1:
+    if distributed.launched_world() > 1:
         raise UserError("--nproc starts torchrun itself; under torchrun (or a TrainJob) leave --nproc out")
     device = resolve_device(cfg.train.device)
-    rank_device(device, nproc - 1, torch.cuda.device_count() if device.type == "cuda" else 0)
-    code = launch(nproc, "fedcore", ["run", *args])
+    distributed.rank_device(device, nproc - 1, torch.cuda.device_count() if device.type == "cuda" else 0)
+    if resume is not None:  # refuse a bad checkpoint here, in one line, rather than once per rank
+        from fedcore.engine.checkpoint import load_checkpoint
+
+        load_checkpoint(resume, cfg.resume_hash())
+    code = distributed.launch(nproc, "fedcore", ["run", *args])
     if code == 0:
         return
     resumable = any((out / "checkpoints").glob("*.pt"))

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -103,6 +105,22 @@ def init_distributed(device: torch.device) -> DistInfo | None:
         timeout = timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, "1800")))
         dist.init_process_group(backend, timeout=timeout)
     return DistInfo(rank=rank, world=world, local_rank=local_rank, backend=backend, device=dev)
+
+
+def torchrun_argv(nproc: int, module: str, args: Sequence[str]) -> list[str]:
+    """`torchrun --standalone --nproc-per-node N -m module args...` through this interpreter.
+
+    --standalone: one node, a free rendezvous port. Several nodes are torchrun's (or a
+    Kubeflow TrainJob's) business, with the same `-m fedcore run` command on each.
+    """
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", module, *args]
+
+
+def launch(nproc: int, module: str, args: Sequence[str]) -> int:
+    """Run `nproc` local ranks of `python -m module args` and wait: torchrun's exit code
+    (non-zero when any rank failed; torchrun then stops the others)."""
+    return subprocess.run(torchrun_argv(nproc, module, args), check=False).returncode
 
 
 def shutdown(info: DistInfo | None) -> None:

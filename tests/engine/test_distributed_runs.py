@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedcore.cli.launch import torchrun_argv
 from fedcore.data.build import build
+from fedcore.engine.distributed import torchrun_argv
 from fedcore.registries import load_config
 from fedcore.run import run_experiment
 
