@@ -10,8 +10,8 @@ Why all-gather and not "rank 0 aggregates, then broadcasts": methods keep per-cl
 identify clients from uploads; with every update on every rank, the state each rank holds
 (server and per-client) is exactly what a one-process run holds, whichever rank trains which
 client next round, and a checkpoint from rank 0 resumes at any world size. The price is that
-each rank receives every update (cohort x model size per round), which is what FedAvg's
-server needs anyway.
+each rank receives every update (cohort x model size per round), which is what an averaging
+server receives anyway.
 
 Results equal the one-process run because a client's update depends only on (global params,
 its own state, its own generators seeded by (seed, round, client)), never on which process

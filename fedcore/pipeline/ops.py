@@ -118,6 +118,7 @@ def run_stage(cfg: ExperimentConfig, stage: str, data_dir: str | Path, checkpoin
     nproc: processes for the stage (None: one per visible GPU on CUDA, so a pod given
     `--gpus N` trains on all N through torch.distributed; one on the CPU).
     """
+    from fedcore.pipeline.ranks import launch_stage, stage_callbacks
     from fedcore.run import run_experiment
 
     stages = stage_names(cfg)
@@ -130,8 +131,6 @@ def run_stage(cfg: ExperimentConfig, stage: str, data_dir: str | Path, checkpoin
     keep_open = stage != stages[-1]
     nproc = stage_processes(cfg) if nproc is None else nproc
     if nproc > 1:
-        from fedcore.pipeline.ranks import launch_stage
-
         launch_stage(cfg, nproc, {"stage": stage, "data_dir": str(data_dir), "out_dir": str(out_dir),
                                   "resume": None if resume is None else str(resume), "run_id": rid,
                                   "keep_open": keep_open})
@@ -139,22 +138,6 @@ def run_stage(cfg: ExperimentConfig, stage: str, data_dir: str | Path, checkpoin
         run_experiment(cfg, out_dir, data=data_dir, resume=resume, stages=[stage],
                        callbacks=stage_callbacks(cfg, rid, keep_open))
     return rid
-
-
-def stage_callbacks(cfg: ExperimentConfig, run_id: str, keep_open: bool, main: bool = True) -> list[Any]:
-    """Early stopping and tracking of a stage; on ranks other than 0 tracking is a placeholder.
-
-    Same callbacks in the same order in every stage: checkpoints restore their state by position.
-    """
-    from fedcore.engine.callbacks import Callback, EarlyStopping
-
-    callbacks: list[Any] = [EarlyStopping(cfg.train.early_stop_patience)] if cfg.train.early_stop_patience else []
-    if cfg.tracking.backend != "none":
-        from fedcore.tracking.callback import TrackingCallback
-
-        tracked = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"run_id": run_id})})
-        callbacks.append(TrackingCallback(_tracker(cfg), tracked, keep_open=keep_open) if main else Callback())
-    return callbacks
 
 
 def stage_processes(cfg: ExperimentConfig) -> int:

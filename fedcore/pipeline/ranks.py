@@ -1,4 +1,5 @@
-"""One pipeline stage over several processes: `run_stage` in a pod with N GPUs launches this.
+"""One pipeline stage over several processes (`ops.run_stage` in a pod with N GPUs), and the
+callbacks of a stage on any rank.
 
     python -m torch.distributed.run --standalone --nproc-per-node N -m fedcore.pipeline.ranks SPEC.json
 
@@ -16,6 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.config import ExperimentConfig
+
+
+def stage_callbacks(cfg: ExperimentConfig, run_id: str, keep_open: bool, main: bool = True) -> list[Any]:
+    """Early stopping and tracking of a stage; on ranks other than 0 tracking is a placeholder.
+
+    Same callbacks in the same order in every stage: checkpoints restore their state by position.
+    """
+    from fedcore.engine.callbacks import Callback, EarlyStopping
+
+    callbacks: list[Any] = [EarlyStopping(cfg.train.early_stop_patience)] if cfg.train.early_stop_patience else []
+    if cfg.tracking.backend != "none":
+        from fedcore.tracking import make_tracker
+        from fedcore.tracking.callback import TrackingCallback
+
+        tracked = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"run_id": run_id})})
+        callbacks.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), tracked, keep_open=keep_open)
+                         if main else Callback())
+    return callbacks
 
 
 def launch_stage(cfg: ExperimentConfig, nproc: int, spec: dict[str, Any]) -> None:
@@ -36,7 +55,6 @@ def main(spec_path: str) -> None:
 
     from fedcore.engine.distributed import init_distributed, shutdown
     from fedcore.models import resolve_device
-    from fedcore.pipeline.ops import stage_callbacks
     from fedcore.registries import config_from_dict
     from fedcore.run import run_experiment
 
