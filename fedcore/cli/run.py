@@ -51,15 +51,22 @@ def run(
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
 ) -> None:
     """Run one experiment in-process and write history.csv, metrics.json and model.pt."""
+    from fedcore.errors import UserError
+    from fedcore.io import run_dir_lock
     from fedcore.registries import load_config
     from fedcore.reporting.compare import comparison_table, load_run
     from fedcore.run import run_experiment
 
     cfg = load_config(config, set_)
     out = out or (resume if resume and resume.is_dir() else Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}")
-    check_run_dir(out, resume)
-    result = run_experiment(cfg, out, data=data, resume=resume, stages=stage,
-                            callbacks=run_callbacks(cfg, total_rounds(cfg), progress))
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out '{out}' is a file; pass a folder for the run")
+    # Locked before the folder is judged: a second process is refused here, rather than told
+    # to --resume a run that is still being written.
+    with run_dir_lock(out):
+        check_run_dir(out, resume)
+        result = run_experiment(cfg, out, data=data, resume=resume, stages=stage,
+                                callbacks=run_callbacks(cfg, total_rounds(cfg), progress))
     console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
 
 
