@@ -163,7 +163,7 @@ def _load_mnist_like(cfg: DataConfig, cls: type, asym_map: dict[int, int] | None
     return _assemble(cfg, layout.describe(root), splits, list(cls.classes), asym_map)
 
 
-@register_dataset("mnist")
+@register_dataset("mnist", params=("verify_md5",))
 def load_mnist(cfg: DataConfig) -> RawDataset:
     """MNIST, 60k/10k grey 28x28, from <root>/MNIST/raw/*-ubyte."""
     from torchvision.datasets import MNIST
@@ -171,7 +171,7 @@ def load_mnist(cfg: DataConfig) -> RawDataset:
     return _load_mnist_like(cfg, MNIST, MNIST_ASYM)
 
 
-@register_dataset("fashion_mnist")
+@register_dataset("fashion_mnist", params=("verify_md5",))
 def load_fashion_mnist(cfg: DataConfig) -> RawDataset:
     """Fashion-MNIST, 60k/10k grey 28x28, from <root>/FashionMNIST/raw/*-ubyte."""
     from torchvision.datasets import FashionMNIST
@@ -215,7 +215,7 @@ def _load_cifar(cfg: DataConfig, cls: Any, asym_map: dict[int, int] | None) -> t
     return _assemble(cfg, layout.describe(root), splits, list(tr.classes), asym_map), root / layout.folder
 
 
-@register_dataset("cifar10")
+@register_dataset("cifar10", params=("verify_md5",))
 def load_cifar10(cfg: DataConfig) -> RawDataset:
     """CIFAR-10, 50k/10k RGB 32x32, from <root>/cifar-10-batches-py."""
     from torchvision.datasets import CIFAR10
@@ -223,7 +223,7 @@ def load_cifar10(cfg: DataConfig) -> RawDataset:
     return _load_cifar(cfg, CIFAR10, CIFAR10_ASYM)[0]
 
 
-@register_dataset("cifar100")
+@register_dataset("cifar100", params=("verify_md5",))
 def load_cifar100(cfg: DataConfig) -> RawDataset:
     """CIFAR-100, 50k/10k RGB 32x32, from <root>/cifar-100-python.
 
@@ -265,7 +265,7 @@ def _check_mat(path: Path) -> None:
         raise ValueError(f"X {x.shape}, y {y.shape}")
 
 
-@register_dataset("svhn")
+@register_dataset("svhn", params=("verify_md5",))
 def load_svhn(cfg: DataConfig) -> RawDataset:
     """SVHN cropped digits, 73k/26k RGB 32x32, from <root>/train_32x32.mat and test_32x32.mat."""
     from torchvision.datasets import SVHN
