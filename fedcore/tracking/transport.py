@@ -36,7 +36,7 @@ S3_HINT = "start the S3 server or fix MLFLOW_S3_ENDPOINT_URL and AWS_ACCESS_KEY_
 PROXY_HINT = "check the S3 endpoint and credentials the MLflow server was started with"
 _UNREACHABLE = re.compile(r"Max retries exceeded|Failed to establish|timed out|Connection refused|Connection "
                           r"aborted|RemoteDisconnected|Connection reset|Read timed out|timeout", re.I)
-_SERVER_ERROR = re.compile(r"(error code|status code|too many) 5\d\d|\b(429|50[0-4])\b", re.I)
+_SERVER_ERROR = re.compile(r"(error code|status code|response code|too many) (429|5\d\d)\b", re.I)
 _BOTO_TRANSIENT = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
                    "ProxyConnectionError", "HTTPClientError")
 _BOTO_TRANSIENT_CODES = ("500", "502", "503", "504", "SlowDown", "ServiceUnavailable", "RequestTimeout",
@@ -207,9 +207,11 @@ class Transport:
     def _server_answers(self) -> bool:
         if self.api_probe is None:
             return False
-        try:
-            with _call_env(5.0):
-                self.api_probe()
-        except Exception:
-            return False
-        return True
+        for attempt in range(3):  # a server that just answered 500 may reset the kept-alive connection
+            try:
+                with _call_env(5.0):
+                    self.api_probe()
+                return True
+            except Exception:
+                self._sleep(0.2 * (attempt + 1))
+        return False
