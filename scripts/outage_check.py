@@ -30,7 +30,7 @@ from tests.fixtures.outage import Servers  # noqa: E402
 
 ROUNDS = 12
 TINY = ["train.device=cpu", f"train.rounds={ROUNDS}", "partition.num_clients=4", "data.max_train=400",
-        "train.local_epochs=2", "train.checkpoint_every=4", "tracking.backend=mlflow", "tracking.experiment=outage"]
+        "train.local_epochs=2", "train.checkpoint_every=1", "tracking.backend=mlflow", "tracking.experiment=outage"]
 OUTPUTS = ("model.pt", "metrics.json", "history.csv", "config.yaml", "scene.json")
 
 

@@ -131,8 +131,7 @@ class MlflowTracker(RunStack):
                 self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
                 self.experiment_id = self._ensure_experiment(experiment)
                 self.experiment = experiment
-                self.transport = Transport(self.uri, retry_seconds,
-                                           api_probe=lambda: self.client.get_experiment(self.experiment_id))
+                self.transport = Transport(self.uri, retry_seconds)
             except TrackingError:
                 raise
             except Exception as exc:  # any failure here means the store is unusable

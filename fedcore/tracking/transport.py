@@ -10,9 +10,10 @@ An endpoint that has spent its budget is *down*: later calls to it fail at once 
 local journal. Any other failure (a bad request, an unknown run, refused credentials) is a
 plain `TrackingError`, at once.
 
-MLflow's own HTTP retries (7, with exponential backoff: minutes per call) and its 120 s
-timeout are turned down inside a call, and so are botocore's attempts, unless the user set
-MLFLOW_HTTP_REQUEST_MAX_RETRIES / MLFLOW_HTTP_REQUEST_TIMEOUT / AWS_MAX_ATTEMPTS.
+MLflow's own HTTP retries (7, with exponential backoff: minutes per call) are off inside a
+call, as this loop retries instead (and its retries would hide the server's 5xx answer behind a
+reset connection); its 120 s timeout and botocore's attempts are turned down unless the user
+set MLFLOW_HTTP_REQUEST_TIMEOUT / AWS_MAX_ATTEMPTS.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ _BOTO_TRANSIENT = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeou
                    "ProxyConnectionError", "HTTPClientError")
 _BOTO_TRANSIENT_CODES = ("500", "502", "503", "504", "SlowDown", "ServiceUnavailable", "RequestTimeout",
                          "InternalError", "Throttling")
-_CALL_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "AWS_MAX_ATTEMPTS": "1"}
+_FORCED_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+_DEFAULT_ENV = {"AWS_MAX_ATTEMPTS": "1"}
 
 
 class TrackingUnavailable(TrackingError):
@@ -94,28 +96,30 @@ def _is_boto(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def _call_env(timeout: float) -> Iterator[None]:
-    """Fewer inner retries and a timeout within the budget; variables the user set are kept."""
-    wanted = {**_CALL_ENV, "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(max(5.0, min(timeout, 30.0))))}
-    added = {k: v for k, v in wanted.items() if k not in os.environ}
-    os.environ.update(added)
+    """No inner MLflow retries, and a timeout within the budget unless the user set one."""
+    defaults = {**_DEFAULT_ENV, "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(max(5.0, min(timeout, 30.0))))}
+    changes = {**{k: v for k, v in defaults.items() if k not in os.environ}, **_FORCED_ENV}
+    saved = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
     try:
         yield
     finally:
-        for key in added:
-            os.environ.pop(key, None)
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
 
 
 class Transport:
     """Runs MLflow client calls for one tracker with bounded retries (see the module docstring).
 
-    uri: the tracking URI; api_probe: a cheap tracking-server call, used to tell whether an
-    artifact upload failed at the MLflow server or at the S3 store behind it.
+    uri: the tracking URI. An upload the server answers with HTTP 5xx failed behind it, at its
+    artifact store (S3 for a server started with `--artifacts-destination s3://...`).
     """
 
-    def __init__(self, uri: str, retry_s: float | None = None, api_probe: Callable[[], Any] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, uri: str, retry_s: float | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
         self.uri = uri
-        self.api_probe = api_probe
         self.budget = {MLFLOW: retry_seconds(retry_s), ARTIFACTS: retry_seconds(retry_s)}
         self.down: dict[str, TrackingUnavailable] = {}
         self._sleep = sleep
@@ -198,20 +202,9 @@ class Transport:
         text = str(exc)
         if _UNREACHABLE.search(text) and not _SERVER_ERROR.search(text):
             return Endpoint(MLFLOW, "MLflow", self.uri)
-        if not _SERVER_ERROR.search(text) and not isinstance(exc, OSError):
-            return None
-        if artifact and self._server_answers():
+        if _SERVER_ERROR.search(text) and artifact:
+            # The server answered (with 5xx), so it is up: its artifact store behind it is not.
             return Endpoint(ARTIFACTS, "the S3 store behind the MLflow server", self.uri)
-        return Endpoint(MLFLOW, "MLflow", self.uri)
-
-    def _server_answers(self) -> bool:
-        if self.api_probe is None:
-            return False
-        for attempt in range(3):  # a server that just answered 500 may reset the kept-alive connection
-            try:
-                with _call_env(5.0):
-                    self.api_probe()
-                return True
-            except Exception:
-                self._sleep(0.2 * (attempt + 1))
-        return False
+        if _SERVER_ERROR.search(text) or isinstance(exc, OSError):
+            return Endpoint(MLFLOW, "MLflow", self.uri)
+        return None

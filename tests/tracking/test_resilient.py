@@ -91,13 +91,13 @@ def test_a_dead_s3_endpoint_is_named_with_its_url(monkeypatch):
     assert err.value.endpoint.kind == "S3" and "its S3 artifact store at http://127.0.0.1:9" in str(err.value)
 
 
-def test_a_500_from_the_server_whose_api_answers_blames_its_artifact_store():
+def test_a_500_to_an_upload_blames_the_store_behind_the_server():
     def proxied():
         raise MlflowException("API request to http://h/api/2.0/mlflow-artifacts/artifacts/x failed with exception "
                               "HTTPConnectionPool(host='h', port=5000): Max retries exceeded with url: /x (Caused by "
                               "ResponseError('too many 500 error responses'))")
 
-    t = Transport("http://h:5000", retry_s=0, api_probe=lambda: None, sleep=Clock())
+    t = Transport("http://h:5000", retry_s=0, sleep=Clock())
     with pytest.raises(TrackingUnavailable) as err:
         t.call("upload of stage-train.pt", proxied, artifact=True)
     assert "the S3 artifact store behind the MLflow server at http://h:5000" in str(err.value)
