@@ -34,7 +34,7 @@ from fedcore.errors import ConfigError, Terminated
 from fedcore.io import atomic_write_bytes, run_dir_lock
 from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import summarize_history
-from fedcore.metrics.scoring import Evaluator, Scorer
+from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
 from fedcore.models import resolve_device
 
 
@@ -144,10 +144,12 @@ def _run_locked(cfg, out, data, resume, stages, callbacks) -> RunResult:
 
 
 def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out):
+    local = cfg.train.local_memorization and fed.task == "single"
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
         clients_state, cbs, evaluator=evaluator, scorer=Scorer(fed), eval_every=cfg.train.eval_every,
         checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every,
+        client_scorer=LocalMemorization(fed, ctx.device, ctx.store) if local else None,
     )
     state = loop.run(state, loop_state, only=stages)
     return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras)
