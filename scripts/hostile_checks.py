@@ -1,6 +1,7 @@
 """Re-measure issue 19's findings through the `fedcore` CLI alone (so it runs on any version).
 
     python scripts/hostile_checks.py kills      # kills after checkpoint writes: stuck or resumed?
+    python scripts/hostile_checks.py kills --which random --count 20   # kills at random file operations
     python scripts/hostile_checks.py pickle     # a crafted checkpoint on --resume: does code run?
     python scripts/hostile_checks.py lock       # two runs into one --out at once
     python scripts/hostile_checks.py config     # the config cases of the issue through `config show`
@@ -11,6 +12,11 @@
 Each prints one line per case and a total. Runs go through `python -m fedcore` (or
 scripts/crashhook.py for the kills) in subprocesses with this process's PYTHONPATH, so point
 PYTHONPATH at the tree to measure. Work files go to a temp dir (or --work).
+
+--fork runs each CLI call in a forked child of this process instead (`fedcore.cli.main` with the
+same argv, its stdout and stderr captured, a traceback printed as Python would): same exit codes,
+one torch import in all, so a whole check costs seconds of CPU instead of minutes. It needs a
+version whose `fedcore.cli.main` takes argv (the layout refactor on), and kills use the same hook.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,9 +44,52 @@ def sets(overrides: list[str]) -> list[str]:
     return [x for o in overrides for x in ("--set", o)]
 
 
+FORK = False  # --fork: CLI calls run in forked children (module docstring)
+
+
 def fedcore(args: list[str], timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    if FORK:
+        return forked(args, timeout)
     return subprocess.run([sys.executable, "-m", "fedcore", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd)
+
+
+def forked(args: list[str], timeout: float, before: Callable[[], object] | None = None,
+           after: Callable[[], object] | None = None) -> subprocess.CompletedProcess[str]:
+    """`fedcore ARGS` in a forked child: `before` runs first (e.g. arming the crash hook), `after` at exit."""
+    import signal
+
+    from fedcore.cli import main
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                signal.alarm(int(timeout))  # SIGALRM ends a hung case
+                if before is not None:
+                    before()
+                main(args)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                if after is not None:
+                    after()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status),
+                                           out.read().decode(errors="replace"), err.read().decode(errors="replace"))
 
 
 def last_line(text: str) -> str:
@@ -67,19 +118,35 @@ def prepare(work: Path) -> Path:
 # -- kills --------------------------------------------------------------------------------------
 
 
+def _hook():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crashhook", ROOT / "scripts" / "crashhook.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def killed_run(art: Path, out: Path, n: int) -> int:
-    cmd = [sys.executable, str(ROOT / "scripts" / "crashhook.py"), str(n), str(out), "--",
-           "run", CONFIG, "--out", str(out), "--data", str(art), "--no-progress", *sets(TINY)]
+    args = ["run", CONFIG, "--out", str(out), "--data", str(art), "--no-progress", *sets(TINY)]
+    if FORK:
+        hook = _hook()
+        return forked(args, 600, before=lambda: hook.arm(n, out)).returncode
+    cmd = [sys.executable, str(ROOT / "scripts" / "crashhook.py"), str(n), str(out), "--", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600).returncode
 
 
 def op_log(art: Path, work: Path) -> tuple[list[str], str]:
     out = work / "count"
     log = work / "ops.txt"
-    cmd = [sys.executable, str(ROOT / "scripts" / "crashhook.py"), "0", str(out), "--",
-           "run", CONFIG, "--out", str(out), "--data", str(art), "--no-progress", *sets(TINY)]
-    env = {**os.environ, "CRASHHOOK_LOG": str(log)}
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    args = ["run", CONFIG, "--out", str(out), "--data", str(art), "--no-progress", *sets(TINY)]
+    if FORK:
+        hook = _hook()  # arm(None) only counts; the child writes the log as it exits
+        res = forked(args, 600, before=lambda: hook.arm(None, out), after=lambda: log.write_text("\n".join(hook._ops)))
+    else:
+        cmd = [sys.executable, str(ROOT / "scripts" / "crashhook.py"), "0", str(out), "--", *args]
+        env = {**os.environ, "CRASHHOOK_LOG": str(log)}
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr
     return log.read_text().splitlines(), digest(out)
 
@@ -96,10 +163,15 @@ def after_kill(art: Path, out: Path, want: str) -> str:
     return "resumed" if digest(out) == want else "resumed-differs"
 
 
-def kills(work: Path, which: str) -> None:
+def kills(work: Path, which: str, count: int = 20, seed: int = 0) -> None:
+    import random
+
     art = prepare(work)
     ops, want = op_log(art, work)
     ckpt = [i for i, op in enumerate(ops, 1) if " checkpoints/" in op]
+    # On-disk state changes only at these operations (a write is torn at its kill), so a kill at
+    # any instant leaves the disk as a kill at the next operation does.
+    drawn = sorted(random.Random(seed).sample(range(1, len(ops) + 1), min(count, len(ops))))
     cases = {
         # the op right after checkpoints/latest.pt was replaced
         "after-latest": [i + 1 for i, op in enumerate(ops, 1) if op == "replace checkpoints/latest.pt"],
@@ -108,8 +180,11 @@ def kills(work: Path, which: str) -> None:
                              if op.startswith("replace checkpoints/")],
         # every file operation of every checkpoint write
         "every-op": ckpt,
+        # `count` operations drawn at random (seeded) among all of a run's
+        "random": drawn,
     }[which]
-    print(f"{len(ops)} watched file ops in a run, {len(ckpt)} of them on checkpoints; {len(cases)} kill points")
+    print(f"{len(ops)} watched file ops in a run, {len(ckpt)} of them on checkpoints; {len(cases)} kill points, "
+          f"{len(set(cases) & set(ckpt))} of them on checkpoints")
     stuck = 0
     for n in cases:
         out = work / f"kill-{which}-{n}"
@@ -294,12 +369,19 @@ def report(name: str, art: Path, work: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["kills", "pickle", "lock", "config", "config-run", "laughs", "manifest"])
-    ap.add_argument("--which", default="after-latest", choices=["after-latest", "after-each-write", "every-op"])
+    ap.add_argument("--which", default="after-latest",
+                    choices=["after-latest", "after-each-write", "every-op", "random"])
+    ap.add_argument("--count", type=int, default=20, help="kill points for --which random")
+    ap.add_argument("--seed", type=int, default=0, help="draws the kill points for --which random")
+    ap.add_argument("--fork", action="store_true", help="run CLI calls in forked children (module docstring)")
     ap.add_argument("--work", type=Path, default=None)
     args = ap.parse_args()
+    global FORK
+    FORK = args.fork
     work = args.work or Path(tempfile.mkdtemp(prefix="fedcore-hostile-"))
     work.mkdir(parents=True, exist_ok=True)
-    {"kills": lambda: kills(work, args.which), "pickle": lambda: crafted(work), "lock": lambda: two_writers(work),
+    {"kills": lambda: kills(work, args.which, args.count, args.seed), "pickle": lambda: crafted(work),
+     "lock": lambda: two_writers(work),
      "config": lambda: config_cases(work),
      "config-run": lambda: config_cases(work, "run"), "laughs": lambda: laughs(work),
      "manifest": lambda: manifest_cases(work)}[args.what]()
