@@ -137,7 +137,10 @@ def killed_run(art: Path, out: Path, n: int) -> int:
 
 
 def op_log(art: Path, work: Path) -> tuple[list[str], str]:
+    import shutil
+
     out = work / "count"
+    shutil.rmtree(out, ignore_errors=True)  # a finished run there from an earlier check would be refused
     log = work / "ops.txt"
     args = ["run", CONFIG, "--out", str(out), "--data", str(art), "--no-progress", *sets(TINY)]
     if FORK:
@@ -168,7 +171,7 @@ def kills(work: Path, which: str, count: int = 20, seed: int = 0) -> None:
 
     art = prepare(work)
     ops, want = op_log(art, work)
-    ckpt = [i for i, op in enumerate(ops, 1) if " checkpoints/" in op]
+    ckpt = [i for i, op in enumerate(ops, 1) if op.split(" ", 1)[1].startswith("checkpoints")]  # folder fsyncs too
     # On-disk state changes only at these operations (a write is torn at its kill), so a kill at
     # any instant leaves the disk as a kill at the next operation does.
     drawn = sorted(random.Random(seed).sample(range(1, len(ops) + 1), min(count, len(ops))))
@@ -321,7 +324,7 @@ def laughs(work: Path) -> None:
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         rss = re.search(r"MAXRSS_KB (\d+)", res.stderr)
-        err = [ln for ln in res.stderr.splitlines() if not ln.startswith("MAXRSS_KB")]
+        err = [ln for ln in res.stderr.splitlines() if not ln.startswith(("MAXRSS_KB", "Command exited"))]
         print(f"billion laughs: exit {res.returncode} after {time.monotonic() - t0:.1f} s, peak RSS "
               f"{int(rss.group(1)) / 1e6 if rss else float('nan'):.2f} GB; stderr: {(err[-1] if err else '')[:140]!r}")
     except subprocess.TimeoutExpired:

@@ -104,7 +104,8 @@ def test_every_mutation_is_a_valid_config_or_one_line_exit_2(case):
         path = Path(tmp) / "c.yaml"
         path.write_bytes(text)
         code, out, err = show(path, overrides)
-        event(f"exit {code}" + (f": {' '.join(err.split()[1:4])}" if code else ""))
+        # Grouped by the error's opening words, with the temp file's name left out.
+        event(f"exit {code}" + (f": {' '.join(err.replace(str(path), '<file>').split()[1:4])}" if code else ""))
         if code == 0:
             cfg = load_config(path, overrides)
             assert f"# config_hash: {cfg.config_hash()}" in out
