@@ -123,7 +123,9 @@ def _run_locked(cfg, out, data, resume, stages, callbacks) -> RunResult:
         state, loop_state = restore(payload, device, clients_state)
         for cb, st in zip(cbs, payload["callbacks"], strict=False):
             cb.load_state_dict(st)
-    evaluator = Evaluator(fed, device, ctx.store, memorization=cfg.train.memorization)
+    evaluator = Evaluator(fed, device, ctx.store, memorization=cfg.train.memorization,
+                          loss_probe=cfg.train.loss_probe, seed=cfg.seed)
+    # run_dir_lock created `out`, and removes it again if bad input leaves it empty.
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
             "resumed_from": Path(resume) if resume is not None else None, "data_sha256": fed.sha256, "fed": fed}
     try:
