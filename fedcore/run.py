@@ -26,6 +26,8 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import FederatedDataset
 from fedcore.engine.callbacks import Callback
 from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
+from fedcore.engine.distributed import DistInfo, DistributedExecutor, from_main, main_first
+from fedcore.engine.executor import SequentialExecutor
 from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
@@ -93,21 +95,29 @@ def run_experiment(
     resume: str | Path | None = None,
     stages: Sequence[str] | None = None,
     callbacks: Sequence[Callback] = (),
+    dist: DistInfo | None = None,
 ) -> RunResult:
     """Run `cfg` (all stages, or only `stages`) and write outputs to `out_dir`.
 
-    The run holds `out_dir`'s run-dir lock throughout (a second writer is refused with the
-    holder's pid), and SIGTERM ends it as an interruption, like Ctrl-C.
+    dist: this process's rank when launched by torchrun (`engine.distributed.init_distributed`).
+    Every rank runs this with the same arguments; each trains its share of every round and all
+    end with the same state; rank 0 alone writes the run dir. Give rank 0 the progress and
+    tracking callbacks, and the others placeholders in their positions (checkpoints keep
+    callback state by position).
+
+    The writing rank holds `out_dir`'s run-dir lock throughout (a second writer is refused with
+    the holder's pid), and SIGTERM ends the run as an interruption, like Ctrl-C.
     """
-    with run_dir_lock(out_dir), terminate_as_interrupt():
-        return _run_locked(cfg, Path(out_dir), data, resume, stages, callbacks)
+    main = dist is None or dist.is_main
+    with run_dir_lock(out_dir) if main else contextlib.nullcontext(), terminate_as_interrupt():
+        return _run_locked(cfg, Path(out_dir), data, resume, stages, callbacks, dist)
 
 
-def _run_locked(cfg, out, data, resume, stages, callbacks) -> RunResult:
-    device = resolve_device(cfg.train.device)
+def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
+    device = dist.device if dist else resolve_device(cfg.train.device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    fed = load_or_build_data(cfg, data)
+    fed = main_first(dist, lambda: load_or_build_data(cfg, data))  # a dataset cache is written once
     ctx = make_context(cfg, fed, device)
     method = build_method(cfg)
     _check_stages(method, stages)
@@ -119,13 +129,13 @@ def _run_locked(cfg, out, data, resume, stages, callbacks) -> RunResult:
     ckpt.sweep()
     loop_state = LoopState()
     if resume is not None:
-        payload = load_checkpoint(Path(resume), cfg.resume_hash())
+        payload = from_main(dist, lambda: load_checkpoint(Path(resume), cfg.resume_hash()))
         state, loop_state = restore(payload, device, clients_state)
         for cb, st in zip(cbs, payload["callbacks"], strict=False):
             cb.load_state_dict(st)
     evaluator = Evaluator(fed, device, ctx.store, memorization=cfg.train.memorization,
                           loss_probe=cfg.train.loss_probe, seed=cfg.seed)
-    # run_dir_lock created `out`, and removes it again if bad input leaves it empty.
+    # run_dir_lock (rank 0's) created `out`, and removes it again if bad input leaves it empty.
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
             "resumed_from": Path(resume) if resume is not None else None, "data_sha256": fed.sha256, "fed": fed}
     try:
@@ -135,7 +145,7 @@ def _run_locked(cfg, out, data, resume, stages, callbacks) -> RunResult:
         for cb in cbs:
             cb.on_run_start(info)
         state, summary = _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages,
-                                out)
+                                out, dist)
         for cb in cbs:
             cb.on_run_end(summary, out)
     except BaseException as err:
@@ -145,15 +155,19 @@ def _run_locked(cfg, out, data, resume, stages, callbacks) -> RunResult:
     return RunResult(out, summary, loop_state.history, state)
 
 
-def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out):
+def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out, dist):
     local = cfg.train.local_memorization and fed.task == "single"
+    main = dist is None or dist.is_main
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
         clients_state, cbs, evaluator=evaluator, scorer=Scorer(fed), eval_every=cfg.train.eval_every,
-        checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every,
+        checkpoint=ckpt.save if main else None, checkpoint_every=cfg.train.checkpoint_every,
+        executor=DistributedExecutor(dist, SequentialExecutor()) if dist else None,
         client_scorer=LocalMemorization(fed, ctx.device, ctx.store) if local else None,
     )
     state = loop.run(state, loop_state, only=stages)
+    if not main:
+        return state, summarize(loop_state.history, fed.task)
     return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras)
 
 

@@ -109,32 +109,44 @@ def prepare(config_yaml: str, overrides_json: str, data_hash: str, data_dir: str
 
 
 def run_stage(cfg: ExperimentConfig, stage: str, data_dir: str | Path, checkpoint_in: str | Path | None,
-              out_dir: str | Path, parent_run_id: str = "", run_id: str = "", setting: str = "") -> str:
+              out_dir: str | Path, parent_run_id: str = "", run_id: str = "", setting: str = "",
+              nproc: int | None = None) -> str:
     """Run one stage of `cfg`'s method, resuming from the previous stage's run dir; returns the child run id.
 
     The first stage (no run_id) opens the child run; the method's last stage closes it
     unless evaluate follows (it always does in the pipelines, which reopen it by id).
+    nproc: processes for the stage (None: one per visible GPU on CUDA, so a pod given
+    `--gpus N` trains on all N through torch.distributed; one on the CPU).
     """
-    from fedcore.engine.callbacks import EarlyStopping
+    from fedcore.pipeline.ranks import launch_stage, stage_callbacks
     from fedcore.run import run_experiment
 
     stages = stage_names(cfg)
     if stage not in stages:
         raise ConfigError(f"method '{cfg.method.name}' has stages {list(stages)}; no stage '{stage}'")
-    # Same callbacks in the same order in every stage: checkpoints restore their state by position.
-    callbacks: list[Any] = [EarlyStopping(cfg.train.early_stop_patience)] if cfg.train.early_stop_patience else []
-    rid = ""
-    if cfg.tracking.backend != "none":
-        from fedcore.tracking.callback import TrackingCallback
-
-        rid = run_id or open_child(cfg, parent_run_id, setting)
-        tracked = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"run_id": rid})})
-        callbacks.append(TrackingCallback(_tracker(cfg), tracked, keep_open=stage != stages[-1]))
+    rid = (run_id or open_child(cfg, parent_run_id, setting)) if cfg.tracking.backend != "none" else ""
     if checkpoint_in is not None and stage != stages[0]:
         _require_checkpoint(Path(checkpoint_in))
     resume = checkpoint_in if stage != stages[0] else None
-    run_experiment(cfg, out_dir, data=data_dir, resume=resume, stages=[stage], callbacks=callbacks)
+    keep_open = stage != stages[-1]
+    nproc = stage_processes(cfg) if nproc is None else nproc
+    if nproc > 1:
+        launch_stage(cfg, nproc, {"stage": stage, "data_dir": str(data_dir), "out_dir": str(out_dir),
+                                  "resume": None if resume is None else str(resume), "run_id": rid,
+                                  "keep_open": keep_open})
+    else:
+        run_experiment(cfg, out_dir, data=data_dir, resume=resume, stages=[stage],
+                       callbacks=stage_callbacks(cfg, rid, keep_open))
     return rid
+
+
+def stage_processes(cfg: ExperimentConfig) -> int:
+    """One process per visible GPU when the stage trains on CUDA, else one."""
+    import torch
+
+    from fedcore.models import resolve_device
+
+    return torch.cuda.device_count() if resolve_device(cfg.train.device).type == "cuda" else 1
 
 
 def _require_checkpoint(path: Path) -> None:
