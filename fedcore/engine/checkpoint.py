@@ -124,10 +124,13 @@ def safe_torch_load(data: bytes, what: str) -> Any:
         with torch.serialization.safe_globals(SAFE_GLOBALS):
             return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as err:
+        # Only a pickle naming a global could run code; any other refusal is a damaged or foreign file.
         found = re.search(r"GLOBAL (\S+)", str(err))
-        bad = f" (it asks for '{found.group(1)}')" if found else ""
-        raise ArtifactError(f"{what} holds more than tensors and plain data{bad}; fedcore refuses to load it, "
-                            "as loading could run code: use a file fedcore wrote") from None
+        if found:
+            raise ArtifactError(f"{what} holds more than tensors and plain data (it asks for '{found.group(1)}'); "
+                                "fedcore refuses to load it, as loading could run code: use a file fedcore "
+                                "wrote") from None
+        raise ArtifactError(f"{what} cannot be read; it is truncated or not a fedcore checkpoint") from None
     except Exception:
         raise ArtifactError(f"{what} cannot be read; it is truncated or not a fedcore checkpoint") from None
 
