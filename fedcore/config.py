@@ -14,16 +14,23 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Strict as StrictType
 
+from fedcore import safe_yaml
 from fedcore.errors import ConfigError
+
+INT_MAX = 2**31 - 1
+# Integers are strict: `num_clients: true` or `width: 1.0e+12` is refused, not read as 1 or 10**12.
+# Every float must be finite (allow_inf_nan=False): `lr: .inf` used to train to NaN silently.
+Int = Annotated[int, StrictType(), Field(le=INT_MAX)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class DataConfig(Strict):
@@ -31,9 +38,9 @@ class DataConfig(Strict):
     root: str | None = Field(None, description="local path or s3://bucket/prefix holding the dataset files")
     cache_dir: str = Field(".fedcore-cache", description="where s3:// data is staged locally")
     test_fraction: float = Field(0.25, gt=0.0, lt=1.0, description="held-out split for datasets without one")
-    image_size: int | None = Field(None, ge=8, description="resize images (folder datasets) to this side")
-    max_train: int | None = Field(None, ge=1, description="cap on training samples (quick runs)")
-    seed: int | None = Field(
+    image_size: Int | None = Field(None, ge=8, le=4096, description="resize images (folder datasets) to this side")
+    max_train: Int | None = Field(None, ge=1, description="cap on training samples (quick runs)")
+    seed: Int | None = Field(
         None, ge=0, description="seed of the partition and noise scene; default: the experiment seed. "
         "Fix it to share one dataset across training seeds"
     )
@@ -45,12 +52,12 @@ PartitionKind = Literal["iid", "dirichlet", "bernoulli_dirichlet", "shards", "qu
 
 class PartitionConfig(Strict):
     kind: PartitionKind = "dirichlet"
-    num_clients: int = Field(10, ge=1)
+    num_clients: Int = Field(10, ge=1)
     alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration (dirichlet, bernoulli_dirichlet)")
     # ge=1: an empty client has nothing to train or score, and its 0/0 loss turned into NaN weights.
-    min_size: int = Field(10, ge=1, description="resample until every client holds at least this many")
+    min_size: Int = Field(10, ge=1, description="resample until every client holds at least this many")
     p: float = Field(1.0, gt=0.0, le=1.0, description="bernoulli_dirichlet: probability a client holds a class")
-    shards_per_client: int = Field(2, ge=1)
+    shards_per_client: Int = Field(2, ge=1)
     beta: float = Field(0.5, gt=0.0, description="quantity skew: client sizes ~ Dir(beta)")
 
 
@@ -83,13 +90,13 @@ class NoiseConfig(Strict):
     noisy_client_fraction: float = Field(
         1.0, ge=0.0, le=1.0, description="phi: fraction of noisy clients (`noise.phi` is accepted as an alias)"
     )
-    num_noisy_clients: int | None = Field(None, ge=0, description="exact count; overrides the fraction")
+    num_noisy_clients: Int | None = Field(None, ge=0, description="exact count; overrides the fraction")
     rate: RateConfig = Field(default_factory=RateConfig)
     mixed_types: list[Literal["symmetric", "pairflip", "asymmetric"]] = Field(
         default_factory=lambda: ["symmetric", "pairflip", "asymmetric"]
     )
     clean_cover: bool = Field(False, description="pick clean clients that together hold every class")
-    min_per_class: int = Field(1, ge=1, description="clean_cover: samples per class the clean clients hold")
+    min_per_class: Int = Field(1, ge=1, description="clean_cover: samples per class the clean clients hold")
 
     @model_validator(mode="after")
     def _types(self) -> NoiseConfig:
@@ -101,29 +108,30 @@ class NoiseConfig(Strict):
 class ModelConfig(Strict):
     name: str = "mlp"
     weights: str | None = Field(None, description="local path or s3:// file with pretrained weights")
-    width: int = Field(128, ge=1, description="hidden width for mlp/cnn")
+    width: Int = Field(128, ge=1, le=8192, description="hidden width for mlp/cnn")
     params: dict[str, Any] = Field(default_factory=dict)
 
 
 class TrainConfig(Strict):
-    rounds: int = Field(50, ge=0, description="rounds of the main ('train') stage")
-    stage_rounds: dict[str, int] = Field(default_factory=dict, description="per-stage round budgets")
+    rounds: Int = Field(50, ge=0, description="rounds of the main ('train') stage")
+    stage_rounds: dict[str, Annotated[Int, Field(ge=0)]] = Field(
+        default_factory=dict, description="per-stage round budgets, by the method's stage names")
     client_fraction: float = Field(1.0, gt=0.0, le=1.0)
-    warmup_rounds: int = Field(0, ge=0, description="first rounds visit every client once, no replacement")
-    local_epochs: int = Field(1, ge=0)
-    local_steps: int | None = Field(None, ge=1, description="fixed local steps; overrides local_epochs")
-    batch_size: int = Field(32, ge=1)
+    warmup_rounds: Int = Field(0, ge=0, description="first rounds visit every client once, no replacement")
+    local_epochs: Int = Field(1, ge=1, description="local epochs per round (train.local_steps overrides it)")
+    local_steps: Int | None = Field(None, ge=1, description="fixed local steps; overrides local_epochs")
+    batch_size: Int = Field(32, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = Field(0.05, gt=0.0)
+    lr: float = Field(0.05, gt=0.0, le=10.0, description="learning rate (above 10 every optimizer diverges)")
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
-    weight_decay: float = Field(5e-4, ge=0.0)
+    weight_decay: float = Field(5e-4, ge=0.0, le=1.0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int | None = Field(
+    threads: Int | None = Field(
         None, ge=1, description="torch CPU threads for this run; small models on busy machines run faster with 1"
     )
-    eval_every: int = Field(1, ge=1)
-    checkpoint_every: int = Field(0, ge=0, description="0 = only at stage ends")
-    early_stop_patience: int = Field(0, ge=0, description="evaluations without improvement; 0 = off")
+    eval_every: Int = Field(1, ge=1)
+    checkpoint_every: Int = Field(0, ge=0, description="0 = only at stage ends")
+    early_stop_patience: Int = Field(0, ge=0, description="evaluations without improvement; 0 = off")
     augment: Literal["none", "weak"] = Field("none", description="augmentation for plain local training")
     memorization: bool = Field(True, description="score memorization of noisy training labels at eval")
     local_memorization: bool = Field(
@@ -151,6 +159,10 @@ class TrackingConfig(Strict):
     run_name: str | None = None
     parent_run_id: str | None = None
     run_id: str | None = Field(None, description="resume this run (stage components)")
+    retry_seconds: float | None = Field(
+        None, ge=0.0, le=3600.0, description="seconds a run may spend retrying an unreachable MLflow server, and "
+        "as many for its artifact store, before tracking degrades to the run dir's journal; default "
+        "FEDCORE_TRACKING_RETRY_SECONDS, else 60")
 
 
 class ExperimentConfig(Strict):
@@ -161,7 +173,7 @@ class ExperimentConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     method: MethodConfig = Field(default_factory=MethodConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    seed: int = Field(0, ge=0)
+    seed: Int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _cross_field(self) -> ExperimentConfig:
@@ -230,13 +242,20 @@ def _format_error(err: ValidationError) -> str:
 
 def _parse_value(raw: str) -> Any:
     try:
-        return yaml.safe_load(raw)
+        return safe_yaml.loads(raw)
     except yaml.YAMLError:
         return raw
 
 
+# Short names from the papers, accepted in YAML and overrides: (section, alias) -> field.
+ALIASES = {("noise", "phi"): "noisy_client_fraction"}
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
-    """Apply `a.b.c=value` overrides (values parsed as YAML) to a nested dict, in place."""
+    """Apply `a.b.c=value` overrides (values parsed as YAML) to a nested dict, in place.
+
+    An alias in the key (`noise.phi`) sets its field, so it wins over the file's spelling.
+    """
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"override '{item}' must look like key.path=value, e.g. noise.rate.max=0.9")
@@ -244,6 +263,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
         parts = [p for p in key.strip().split(".") if p]
         if not parts:
             raise ConfigError(f"override '{item}' has an empty key; write it as key.path=value, e.g. train.rounds=5")
+        if len(parts) == 2 and tuple(parts) in ALIASES:
+            parts[1] = ALIASES[(parts[0], parts[1])]
         node = data
         for p in parts[:-1]:
             nxt = node.get(p)
@@ -256,16 +277,28 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
     return data
 
 
-# Short names from the papers, accepted in YAML and overrides: (section, alias) -> field.
-ALIASES = {("noise", "phi"): "noisy_client_fraction"}
-
-
 def _normalize_aliases(data: dict[str, Any]) -> dict[str, Any]:
     for (section, alias), target in ALIASES.items():
         sec = data.get(section)
         if isinstance(sec, dict) and alias in sec:
+            if target in sec:
+                raise ConfigError(f"'{section}.{alias}' and '{section}.{target}' are the same setting; give only one")
             sec[target] = sec.pop(alias)
     return data
+
+
+def _plain_copy(data: Any) -> dict[str, Any]:
+    """A JSON-clean deep copy of a config dict; ConfigError for anything else."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a mapping of sections (data, partition, noise, ...), "
+                          f"not {type(data).__name__}")
+    try:
+        return json.loads(json.dumps(data, allow_nan=True))
+    except (TypeError, ValueError, RecursionError) as err:
+        raise ConfigError(f"the config holds something other than plain values ({err}); "
+                          "use mappings, lists, strings, numbers and booleans") from None
 
 
 def parse_config_dict(data: dict[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
@@ -274,7 +307,7 @@ def parse_config_dict(data: dict[str, Any], overrides: list[str] | None = None) 
     Names (data.name, model.name, method.name and its params) are checked by
     `fedcore.registries.validate`; `fedcore.registries.config_from_dict` does both.
     """
-    data = _normalize_aliases(json.loads(json.dumps(data or {})))
+    data = _normalize_aliases(_plain_copy(data))
     data = _normalize_aliases(apply_overrides(data, overrides))
     try:
         return ExperimentConfig.model_validate(data)
@@ -290,13 +323,8 @@ def parse_config(path: str | Path, overrides: list[str] | None = None) -> Experi
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file '{p}' not found; pass a YAML file such as configs/quickstart.yaml")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"config file '{p}' is not valid YAML{where}; fix the syntax") from None
+    data = safe_yaml.load_file(p)
     if not isinstance(data, dict):
+        # `[]`, `0` or `''` used to be read as "no settings" and ran on the defaults.
         raise ConfigError(f"config file '{p}' must hold a mapping of sections (data, partition, noise, ...)")
     return parse_config_dict(data, overrides)
-

@@ -30,6 +30,11 @@ class TrackingError(UserError):
     """The tracking server cannot be reached or refused a request."""
 
 
+class Terminated(KeyboardInterrupt):
+    """The process got SIGTERM (how Kubernetes stops a pod); raised inside a run so that it ends
+    as Ctrl-C does: callbacks see it (the tracking run is marked KILLED), checkpoints stay."""
+
+
 class GroundTruthAccessError(AttributeError):
     """Raised when method-facing code tries to read ground truth (y_true, noise flags).
 

@@ -20,11 +20,13 @@ from fedcore.errors import ConfigError
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
-    """Refuse a data.name or model.name nothing is registered for, an unknown method.name, or
-    method.params the method's params model rejects (ConfigError naming the choices); returns `cfg`."""
+    """Refuse a data.name or model.name nothing is registered for, an unknown method.name,
+    method.params the method's params model rejects, data.params the dataset does not read, or
+    a train.stage_rounds key that is not a stage of the method (ConfigError naming the choices);
+    returns `cfg`."""
     # Imported on first use: the registries pull in torch, and `import fedcore.registries`
     # (pipeline definitions, `fedcore --help`) should not.
-    from fedcore.data.datasets import available_datasets
+    from fedcore.data.datasets import available_datasets, dataset_params
     from fedcore.methods.registry import validate_method_config
     from fedcore.models import available_models
 
@@ -33,7 +35,29 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
                              ("model.name", cfg.model.name, available_models())):
         if name not in known:
             raise ConfigError(f"unknown {key} '{name}'; choose one of: {', '.join(known)}")
+    reads = dataset_params(cfg.data.name)
+    unknown = sorted(set(cfg.data.params) - reads) if reads is not None else []
+    if unknown:
+        raise ConfigError(f"{cfg.data.name}: unknown data.params {unknown}; valid: {sorted(reads)}")
+    _check_stage_rounds(cfg)
     return cfg
+
+
+def _check_stage_rounds(cfg: ExperimentConfig) -> None:
+    """Every train.stage_rounds key must name a stage of the method."""
+    if not cfg.train.stage_rounds:
+        return
+    from fedcore.methods.registry import build_method
+
+    # Some stages exist only with a budget (DivideMix's warmup, FedCorr's finetune): ask with
+    # every named stage given one round, so that naming such a stage with 0 rounds stays valid.
+    probe = cfg.model_copy(update={"train": cfg.train.model_copy(
+        update={"stage_rounds": {k: max(v, 1) for k, v in cfg.train.stage_rounds.items()}})})
+    names = [s.name for s in build_method(probe).stages]
+    for key in cfg.train.stage_rounds:
+        if key not in names:
+            raise ConfigError(f"invalid config at 'train.stage_rounds.{key}': method '{cfg.method.name}' has no "
+                              f"stage '{key}'; its stages are {names}")
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -6,11 +6,14 @@ scene.json and checkpoints/ (stage ends and every `train.checkpoint_every` round
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import re
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +32,8 @@ from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
 from fedcore.engine.types import RunContext, ServerState
-from fedcore.errors import ConfigError
-from fedcore.io import atomic_write_bytes
+from fedcore.errors import ConfigError, Terminated
+from fedcore.io import atomic_write_bytes, run_dir_lock
 from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import summarize_history
 from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
@@ -66,6 +69,25 @@ def make_context(cfg: ExperimentConfig, fed: FederatedDataset, device: torch.dev
     return RunContext(cfg=cfg, view=fed.view(), store=store, clients=clients, device=device, seed=cfg.seed)
 
 
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into `Terminated` for the block (main thread only, when nobody else handles it)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        raise Terminated(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_experiment(
     cfg: ExperimentConfig,
     out_dir: str | Path,
@@ -82,10 +104,17 @@ def run_experiment(
     end with the same state; rank 0 alone writes the run dir. Give rank 0 the progress and
     tracking callbacks, and the others placeholders in their positions (checkpoints keep
     callback state by position).
+
+    The writing rank holds `out_dir`'s run-dir lock throughout (a second writer is refused with
+    the holder's pid), and SIGTERM ends the run as an interruption, like Ctrl-C.
     """
-    out = Path(out_dir)
-    device = dist.device if dist else resolve_device(cfg.train.device)
     main = dist is None or dist.is_main
+    with run_dir_lock(out_dir) if main else contextlib.nullcontext(), terminate_as_interrupt():
+        return _run_locked(cfg, Path(out_dir), data, resume, stages, callbacks, dist)
+
+
+def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
+    device = dist.device if dist else resolve_device(cfg.train.device)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     fed = main_first(dist, lambda: load_or_build_data(cfg, data))  # a dataset cache is written once
@@ -97,6 +126,7 @@ def run_experiment(
     cbs = list(callbacks)
     ckpt = Checkpointer(out / "checkpoints", cfg.resume_hash(), cbs)
     ckpt.clients = clients_state
+    ckpt.sweep()
     loop_state = LoopState()
     if resume is not None:
         payload = from_main(dist, lambda: load_checkpoint(Path(resume), cfg.resume_hash()))
@@ -105,24 +135,23 @@ def run_experiment(
             cb.load_state_dict(st)
     evaluator = Evaluator(fed, device, ctx.store, memorization=cfg.train.memorization,
                           loss_probe=cfg.train.loss_probe, seed=cfg.seed)
-    # Only now, with data, method and checkpoint accepted: bad input leaves no empty run dir behind.
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
+    # run_dir_lock (rank 0's) created `out`, and removes it again if bad input leaves it empty.
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
-            "data_sha256": fed.sha256, "fed": fed}
+            "resumed_from": Path(resume) if resume is not None else None, "data_sha256": fed.sha256, "fed": fed}
     try:
         # Inside the try: a tracking run opened here and then failing (e.g. its artifact store
-        # is unreachable) is ended FAILED by on_failure instead of staying RUNNING.
+        # is unreachable) is ended FAILED by on_failure instead of staying RUNNING; so is one
+        # whose run-end logging fails.
         for cb in cbs:
             cb.on_run_start(info)
         state, summary = _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages,
                                 out, dist)
+        for cb in cbs:
+            cb.on_run_end(summary, out)
     except BaseException as err:
         for cb in cbs:
             cb.on_failure(err)
         raise
-    for cb in cbs:
-        cb.on_run_end(summary, out)
     return RunResult(out, summary, loop_state.history, state)
 
 
@@ -174,9 +203,6 @@ def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, metho
     torch.save({k: v.detach().cpu() for k, v in method.eval_model(state).state_dict().items()}, buf)
     atomic_write_bytes(out / "model.pt", buf.getvalue())
     atomic_write_bytes(out / "history.csv", history_csv(history).encode())
-    record = {"method": cfg.method.name, "seed": cfg.seed, "config_hash": cfg.config_hash(),
-              "data_sha256": fed.sha256, "rounds": state.rnd, "summary": summary}
-    atomic_write_bytes(out / "metrics.json", json.dumps(_finite(record), indent=2).encode())
     atomic_write_bytes(out / "config.yaml", cfg.to_yaml().encode())
     if "confusion" in evaluator.last:
         atomic_write_bytes(out / "confusion.json", json.dumps(evaluator.last["confusion"].tolist()).encode())
@@ -185,6 +211,10 @@ def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, metho
     atomic_write_bytes(out / "scene.json", json.dumps(scene_report(fed), indent=2).encode())
     if extras:
         atomic_write_bytes(out / "estimates.json", json.dumps(_finite(_plain(extras)), indent=2).encode())
+    # Last: its presence is what marks the run finished (`fedcore run` refuses to overwrite it).
+    record = {"method": cfg.method.name, "seed": cfg.seed, "config_hash": cfg.config_hash(),
+              "data_sha256": fed.sha256, "rounds": state.rnd, "summary": summary}
+    atomic_write_bytes(out / "metrics.json", json.dumps(_finite(record), indent=2).encode())
     return summary
 
 

@@ -115,3 +115,69 @@ def test_a_sweep_setting_with_an_unknown_dataset_is_refused_at_plan_time():
     spec = SweepSpec(methods=["fedavg"], seeds=[0], settings={"bad": ["data.name=cifar11"]})
     with pytest.raises(ConfigError, match="unknown data.name 'cifar11'"):
         plan_sweep(load_config(CONFIG), spec)
+
+
+# Issue 19's hostile configs: each is refused in one line that says what is wrong (exit 2).
+HOSTILE_FILES = [
+    ("latin-1", "seed: 1\nrun_name: caf\xe9\n".encode("latin-1"), "is not UTF-8 text (byte 21 is not UTF-8)"),
+    ("utf-16", "seed: 1\n".encode("utf-16"), "is not UTF-8 text (it is UTF-16 text); save it as UTF-8"),
+    ("date", b"seed: 2024-01-01\n", "invalid config at 'seed': Input should be a valid integer"),
+    ("binary", b"tracking:\n  run_name: !!binary aGVsbG8=\n", "at line 2: the tag '!!binary' is not allowed"),
+    ("set", b"method:\n  params: !!set {a, b}\n", "the tag '!!set' is not allowed"),
+    ("circular", b"data: &a\n  params: *a\n", "an alias refers to the mapping or list that contains it"),
+    ("deep", b"data:\n  params:\n    x: " + b"[" * 300 + b"]" * 300 + b"\n", "nesting deeper than 64 levels"),
+    ("empty list", b"[]\n", "must hold a mapping of sections"),
+    ("zero", b"0\n", "must hold a mapping of sections"),
+    ("empty string", b"''\n", "must hold a mapping of sections"),
+    ("duplicate", b"seed: 1\nseed: 2\n", "at line 2: the key 'seed' appears twice in one mapping"),
+    ("phi twice", b"noise:\n  phi: 0.5\n  noisy_client_fraction: 0.7\n",
+     "'noise.phi' and 'noise.noisy_client_fraction' are the same setting; give only one"),
+    ("bool count", b"partition:\n  num_clients: true\n", "'partition.num_clients': Input should be a valid integer"),
+    ("float width", b"model:\n  width: 1.0e+12\n", "'model.width': Input should be a valid integer"),
+    ("billion laughs", ("\n".join(['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+                                  + [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)])
+                        + "\n").encode(), "more than 100000 values once its aliases are expanded"),
+]
+HOSTILE_OVERRIDES = [
+    ("train.lr=.inf", "'train.lr': Input should be a finite number"),
+    ("train.lr=1e308", "'train.lr': Input should be less than or equal to 10"),
+    ("seed=100000000000000000000000", "'seed': Input should be less than or equal to 2147483647"),
+    ("train.stage_rounds.bogus=3", "'train.stage_rounds.bogus': method 'fedavg' has no stage 'bogus'"),
+    ("train.stage_rounds.train=-4", "'train.stage_rounds.train': Input should be greater than or equal to 0"),
+    ("data.params.bogus=1", "digits: unknown data.params ['bogus']; valid: ['split_seed']"),
+    ("train.local_epochs=0", "'train.local_epochs': Input should be greater than or equal to 1"),
+    ("method.params.mu=.nan", "'method.params.mu': Input should be a finite number"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "message"), HOSTILE_FILES, ids=[c[0] for c in HOSTILE_FILES])
+def test_a_hostile_config_file_is_refused_in_one_line(tmp_path, capsys, name, content, message):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(content)
+    assert message in _fails(["config", "show", str(path)], capsys)
+
+
+@pytest.mark.parametrize(("override", "message"), HOSTILE_OVERRIDES, ids=[c[0] for c in HOSTILE_OVERRIDES])
+def test_a_hostile_override_is_refused_in_one_line(capsys, override, message):
+    extra = ["--set", "method.name=fedprox"] if override.startswith("method.params") else []
+    assert message in _fails(["config", "show", CONFIG, *extra, "--set", override], capsys)
+
+
+def test_a_yaml_timestamp_in_a_string_field_stays_the_string_written():
+    from fedcore.config import parse_config_dict
+
+    cfg = parse_config_dict({}, ["tracking.run_name=2024-01-01 10:00:00"])
+    assert cfg.tracking.run_name == "2024-01-01 10:00:00"
+
+
+def test_a_stage_named_with_zero_rounds_stays_valid():
+    from fedcore.registries import config_from_dict
+
+    # DivideMix's warmup stage exists only with a budget: naming it with 0 rounds is still meaningful.
+    cfg = config_from_dict({"method": {"name": "dividemix"}, "train": {"stage_rounds": {"warmup": 0}}})
+    assert cfg.train.stage_rounds == {"warmup": 0}
+
+
+def test_control_characters_in_an_error_are_escaped(capsys):
+    err = _fails(["config", "show", CONFIG, "--set", "data.\x1b[31mbad\u202e=1"], capsys)
+    assert "data.\\x1b[31mbad\\u202e" in err and "\x1b" not in err and "\u202e" not in err

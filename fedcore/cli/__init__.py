@@ -1,7 +1,7 @@
 """The `fedcore` command line (typer): `app` with every command group registered, and `main`.
 
 Each group lives in its own module of this package (config, data, pipeline, deploy, run,
-compare, quickstart) and imports its heavy dependencies inside the command, so
+compare, quickstart, tracking) and imports its heavy dependencies inside the command, so
 `fedcore --help` stays fast. `fedcore.cli:main` is the console-script entry point and what
 `python -m fedcore` runs. User errors print one line on stderr and exit with code 2;
 bugs keep their traceback.
@@ -14,9 +14,9 @@ import sys
 
 import typer
 
-from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, run
+from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, run, tracking
 from fedcore.cli.console import make_console
-from fedcore.errors import UserError
+from fedcore.errors import Terminated, UserError
 
 app = typer.Typer(
     name="fedcore",
@@ -31,6 +31,7 @@ app.add_typer(config.app, name="config")
 app.add_typer(data.app, name="data")
 app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(deploy.app, name="deploy")
+app.add_typer(tracking.app, name="tracking")
 app.command("run")(run.run)
 app.command("compare")(compare.compare)
 app.command("quickstart")(quickstart.quickstart)
@@ -43,11 +44,13 @@ def main(argv: list[str] | None = None) -> None:
         # failing) instead of exiting with it; dropping it would make a failed check exit 0.
         code = app(args=argv, standalone_mode=False)
     except UserError as err:
-        err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {printable(str(err))}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
-    except typer.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
+    except typer.Abort as err:
+        # click turns KeyboardInterrupt (Ctrl-C, or SIGTERM as fedcore.errors.Terminated) into Abort.
+        term = isinstance(err.__cause__, Terminated)
+        err_console.print("terminated (SIGTERM)" if term else "aborted")
+        sys.exit(143 if term else 130)
     except Exception as err:
         usage, exits = _click_error_types()
         if isinstance(err, usage):  # unknown command or option, missing argument, bad value
@@ -58,6 +61,12 @@ def main(argv: list[str] | None = None) -> None:
         raise
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def printable(text: str) -> str:
+    """`text` with control and other unprintable characters escaped (`\\x1b`, `\\n`, `\\u202e`):
+    an error quoting a hostile key or path stays one line and cannot drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _click_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:

@@ -61,7 +61,12 @@ def run(
 
     Also the entry point of every rank under `torchrun --nproc-per-node N -m fedcore run CONFIG`.
     """
+    import contextlib
+    import os
+
     from fedcore.engine.distributed import init_distributed, shutdown
+    from fedcore.errors import UserError
+    from fedcore.io import run_dir_lock
     from fedcore.models import resolve_device
     from fedcore.registries import load_config
     from fedcore.reporting.compare import comparison_table, load_run
@@ -69,17 +74,25 @@ def run(
 
     cfg = load_config(config, set_)
     out = out or (resume if resume and resume.is_dir() else Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}")
-    check_run_dir(out, resume)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out '{out}' is a file; pass a folder for the run")
     if nproc > 1:
+        with run_dir_lock(out):  # judged under the lock; rank 0 of the launched run takes it again
+            check_run_dir(out, resume)
         args = [str(config), "--out", str(out), *_passed_on(set_, data, resume, stage, progress)]
         return launch_ranks(cfg, nproc, out, resume, args)
-    info = init_distributed(resolve_device(cfg.train.device))
-    main = info is None or info.is_main
-    try:
-        result = run_experiment(cfg, out, data=data, resume=resume, stages=stage, dist=info,
-                                callbacks=run_callbacks(cfg, total_rounds(cfg), progress, main=main))
-    finally:
-        shutdown(info)
+    # Rank 0 (the only writer; a plain run is rank 0) locks before the folder is judged: a second
+    # process is refused here, rather than told to --resume a run that is still being written.
+    writer = int(os.environ.get("RANK", "0")) == 0
+    with run_dir_lock(out) if writer else contextlib.nullcontext():
+        check_run_dir(out, resume)
+        info = init_distributed(resolve_device(cfg.train.device))
+        main = info is None or info.is_main
+        try:
+            result = run_experiment(cfg, out, data=data, resume=resume, stages=stage, dist=info,
+                                    callbacks=run_callbacks(cfg, total_rounds(cfg), progress, main=main))
+        finally:
+            shutdown(info)
     if main:
         console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
 

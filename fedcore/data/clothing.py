@@ -150,7 +150,7 @@ def _cap_param(cfg: DataConfig, name: str) -> int | None:
     return value
 
 
-@register_dataset("clothing1m")
+@register_dataset("clothing1m", params=("max_test",))
 def load_clothing1m(cfg: DataConfig) -> RawDataset:
     """Clothing1M: noisy train (about 1M images) and clean test (10,526), 14 classes."""
     root = resolve_root(cfg, expected=_EXPECTED)

@@ -10,7 +10,7 @@ no code path downloads from the internet. Missing or malformed files raise
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -60,16 +60,25 @@ class RawDataset:
 
 Loader = Callable[[DataConfig], RawDataset]
 _REGISTRY: dict[str, Loader] = {}
+_PARAMS: dict[str, frozenset[str] | None] = {}
 
 
-def register_dataset(name: str) -> Callable[[Loader], Loader]:
+def register_dataset(name: str, params: Iterable[str] | None = None) -> Callable[[Loader], Loader]:
+    """Register a loader; `params` names the data.params keys it reads (None: it checks its own)."""
     def deco(fn: Loader) -> Loader:
         if name in _REGISTRY:
             raise ValueError(f"dataset '{name}' registered twice")
         _REGISTRY[name] = fn
+        _PARAMS[name] = None if params is None else frozenset(params)
         return fn
 
     return deco
+
+
+def dataset_params(name: str) -> frozenset[str] | None:
+    """The data.params keys dataset `name` reads, or None when its loader does not say."""
+    _import_loaders()
+    return _PARAMS.get(name)
 
 
 def available_datasets() -> list[str]:
@@ -139,7 +148,7 @@ def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
-@register_dataset("digits")
+@register_dataset("digits", params=("split_seed",))
 def load_digits_dataset(cfg: DataConfig) -> RawDataset:
     """scikit-learn's bundled 8x8 digits (1797 images); the default for quick runs and tests."""
     from sklearn.datasets import load_digits

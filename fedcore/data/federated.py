@@ -5,14 +5,17 @@ Saved as a versioned directory:
     data.pt        x_train, working labels, x_test, y_test, client indices (no ground truth)
     truth.pt       y_true, noise flags, per-client rates (only metrics read this)
     scene.json     the human-readable noise-scene report
-    manifest.json  format version, fedcore version, config hash, sha256 of every file
+    manifest.json  format version, fedcore version, config hash, meta, sha256 of every file,
+                   and `manifest_sha256`: the sha256 of the manifest itself (all other fields)
 
-`load` verifies every checksum and refuses a tampered or truncated artifact. Methods
-get a `FederatedView`, which carries no ground truth at all.
+`load` verifies every checksum, the manifest's own included (so an edit of `meta`, such as
+num_classes or the normalization mean, is caught as corruption), and refuses a tampered or
+truncated artifact. Methods get a `FederatedView`, which carries no ground truth at all.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,8 +32,15 @@ from fedcore.data.premise import premise_check
 from fedcore.errors import ArtifactError
 from fedcore.io import publish_dir, sha256_file
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the manifest carries its own sha256
 FILES = ("data.pt", "truth.pt", "scene.json")
+SELF_DIGEST = "manifest_sha256"
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """sha256 of a manifest's canonical JSON, leaving out the digest field itself."""
+    body = {k: v for k, v in manifest.items() if k != SELF_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 @dataclass
@@ -96,6 +106,9 @@ class FederatedDataset:
                 "meta": self.meta,
                 "files": {name: sha256_file(tmp / name) for name in FILES},
             }
+            # JSON round trip first: the digest must be of what load() will read back.
+            self.manifest = json.loads(json.dumps(self.manifest))
+            self.manifest[SELF_DIGEST] = manifest_digest(self.manifest)
             (tmp / "manifest.json").write_text(json.dumps(self.manifest, indent=2, sort_keys=True))
             publish_dir(tmp)
             _replace_dir(tmp, out)
@@ -192,19 +205,22 @@ def _read_manifest(path: Path) -> dict[str, Any]:
             f"'{path}' is not a FederatedDataset artifact (no manifest.json); run `fedcore data prepare`"
         )
     try:
-        manifest = json.loads(mf.read_text())
+        manifest = json.loads(mf.read_bytes().decode("utf-8"))
         files = manifest["files"]
         version = manifest["format_version"]
         # Valid JSON of the wrong shape is as corrupt as a truncated file (it used to crash `load`).
         if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()) \
                 or not isinstance(manifest["meta"], dict):
             raise TypeError
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
         raise ArtifactError(f"artifact '{path}' has a corrupt manifest.json; re-create it") from None
     if version != FORMAT_VERSION:
         raise ArtifactError(
             f"artifact '{path}' has format {version}; this fedcore reads {FORMAT_VERSION}; re-create it"
         )
+    if manifest.get(SELF_DIGEST) != manifest_digest(manifest):
+        raise ArtifactError(f"artifact '{path}' is corrupt: manifest.json was edited or damaged (its sha256 "
+                            "does not match); re-create it with `fedcore data prepare`")
     if set(files) != set(FILES):
         raise ArtifactError(f"artifact '{path}' manifest lists {sorted(files)}, expected {list(FILES)}")
     return manifest

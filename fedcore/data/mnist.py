@@ -140,7 +140,7 @@ def _load_mnist_like(cfg: DataConfig, torch_folder: str, class_names: list[str],
     return _assemble(cfg, str(folder), splits, class_names, asym_map)
 
 
-@register_dataset("mnist")
+@register_dataset("mnist", params=())
 def load_mnist(cfg: DataConfig) -> RawDataset:
     """MNIST, 60k/10k grey 28x28, from data.root (<root>/MNIST/raw/ or flat; raw or .gz)."""
     from torchvision.datasets import MNIST
@@ -148,7 +148,7 @@ def load_mnist(cfg: DataConfig) -> RawDataset:
     return _load_mnist_like(cfg, "MNIST/raw", list(MNIST.classes), MNIST_ASYM)
 
 
-@register_dataset("fashion_mnist")
+@register_dataset("fashion_mnist", params=())
 def load_fashion_mnist(cfg: DataConfig) -> RawDataset:
     """Fashion-MNIST, 60k/10k grey 28x28, from data.root (<root>/FashionMNIST/raw/ or flat), else
     from Debian's dataset-fashion-mnist package (/usr/share/datasets/fashion-mnist)."""

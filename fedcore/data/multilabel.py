@@ -145,7 +145,7 @@ def _voc_split(base: Path, split: str, use_difficult: bool) -> tuple[list[Path],
     return [base / "JPEGImages" / f"{i}.jpg" for i in ids], labels
 
 
-@register_dataset("voc2007")
+@register_dataset("voc2007", params=("use_difficult", "train_split", "test_split", "max_test"))
 def load_voc2007(cfg: DataConfig) -> RawDataset:
     """PASCAL VOC 2007 multi-label classification: trainval (5,011) / test (4,952), 20 labels."""
     base = _voc_dir(resolve_root(cfg, expected=VOC_EXPECTED))
@@ -178,7 +178,7 @@ def coco_split(root: Path, split: str, year: str, keep_empty: bool) -> tuple[lis
     return [root / f"{split}{year}" / files[i] for i in keep], y[keep], names
 
 
-@register_dataset("coco")
+@register_dataset("coco", params=("year", "keep_empty", "max_test"))
 def load_coco(cfg: DataConfig) -> RawDataset:
     """MS COCO multi-label classification from the instances files: train / val, 80 labels."""
     year = str(cfg.params.get("year", "2017"))
@@ -221,7 +221,7 @@ def _flair_split(root: Path, records: list[dict[str, Any]], part: str, classes: 
     return paths, y, [str(r["user_id"]) for r in rows]
 
 
-@register_dataset("flair")
+@register_dataset("flair", params=("test_partition", "max_test"))
 def load_flair(cfg: DataConfig) -> RawDataset:
     """FLAIR (Song et al., NeurIPS 2022): Flickr photos, 17 coarse labels, real users as groups."""
     root = resolve_root(cfg, expected=FLAIR_EXPECTED)

@@ -124,12 +124,41 @@ def _unverified(cls: type, **lists: Any) -> type:
 # -- CIFAR-10 and CIFAR-100 -----------------------------------------------------------------
 
 
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds what the official CIFAR batches hold (dicts, lists, strings, numpy arrays) and
+    refuses every other global: a crafted batch from data.root (an s3:// store, say) runs no code."""
+
+    # numpy pickles arrays through _reconstruct (protocols 0-4) or _frombuffer (protocol 5),
+    # under numpy.core before numpy 2 and numpy._core after it.
+    ALLOWED = {(f"numpy.{core}.{mod}", fn) for core in ("core", "_core")
+               for mod, fn in (("multiarray", "_reconstruct"), ("multiarray", "scalar"), ("numeric", "_frombuffer"))}
+    ALLOWED |= {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it asks for '{module}.{name}'")
+
+
 def _unpickle(path: Path) -> dict[str, Any]:
     with open(path, "rb") as f:
-        d = pickle.load(f, encoding="latin1")
+        d = _PlainUnpickler(f, encoding="latin1").load()
     if not isinstance(d, dict):
         raise TypeError("not a dict")
     return d
+
+
+def _refuse_crafted(name: str, folder: Path, files: tuple[str, ...]) -> None:
+    """torchvision unpickles the batches without limits: read each one safely first."""
+    for f in files:
+        try:
+            _unpickle(folder / f)
+        except pickle.UnpicklingError as err:
+            if "it asks for" in str(err):
+                raise DataError(f"{name}: '{folder / f}' holds more than arrays and plain data ({err}); it is not "
+                                "an official file and loading it could run code: replace it") from None
+        except Exception:
+            pass  # damaged, not crafted: _read reports it with the file's name
 
 
 def _check_cifar(path: Path) -> None:
@@ -147,6 +176,7 @@ def _load_cifar(cfg: DataConfig, cls: Any, asym_map: dict[int, int] | None) -> t
     names = [n for n, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
     layout = Layout(cls.base_folder, tuple(names), _check_cifar)
     root = _open(cfg, layout)
+    _refuse_crafted(cfg.name, root / layout.folder, layout.files)
     if not cfg.params.get("verify_md5", False):
         cls = _unverified(cls, train_list=[[n, None] for n, _ in cls.train_list],
                           test_list=[[n, None] for n, _ in cls.test_list], meta={**cls.meta, "md5": None})
@@ -157,7 +187,7 @@ def _load_cifar(cfg: DataConfig, cls: Any, asym_map: dict[int, int] | None) -> t
     return _assemble(cfg, layout.describe(root), splits, list(tr.classes), asym_map), root / layout.folder
 
 
-@register_dataset("cifar10")
+@register_dataset("cifar10", params=("verify_md5",))
 def load_cifar10(cfg: DataConfig) -> RawDataset:
     """CIFAR-10, 50k/10k RGB 32x32, from <root>/cifar-10-batches-py."""
     from torchvision.datasets import CIFAR10
@@ -165,7 +195,7 @@ def load_cifar10(cfg: DataConfig) -> RawDataset:
     return _load_cifar(cfg, CIFAR10, CIFAR10_ASYM)[0]
 
 
-@register_dataset("cifar100")
+@register_dataset("cifar100", params=("verify_md5",))
 def load_cifar100(cfg: DataConfig) -> RawDataset:
     """CIFAR-100, 50k/10k RGB 32x32, from <root>/cifar-100-python.
 
@@ -207,7 +237,7 @@ def _check_mat(path: Path) -> None:
         raise ValueError(f"X {x.shape}, y {y.shape}")
 
 
-@register_dataset("svhn")
+@register_dataset("svhn", params=("verify_md5",))
 def load_svhn(cfg: DataConfig) -> RawDataset:
     """SVHN cropped digits, 73k/26k RGB 32x32, from <root>/train_32x32.mat and test_32x32.mat."""
     from torchvision.datasets import SVHN

@@ -23,10 +23,13 @@ ENV_VARS: dict[str, str] = {
     "FEDCORE_IMAGE": "overrides the container image used by pipeline components",
     "FEDCORE_CACHE": "local directory where s3:// datasets are staged and .gz dataset files unpacked, unless "
     "data.cache_dir is set (the dataset-cache PVC on Kubernetes)",
+    "FEDCORE_TRACKING_RETRY_SECONDS": "seconds a run retries an unreachable MLflow server, and as many for its "
+    "artifact store, before tracking degrades to the run dir's journal, unless tracking.retry_seconds is set "
+    "(default 60)",
 }
 
 # Variables a run against a tracking stack cannot do without; FEDCORE_GIT_COMMIT,
-# FEDCORE_IMAGE and FEDCORE_CACHE have defaults.
+# FEDCORE_IMAGE, FEDCORE_CACHE and FEDCORE_TRACKING_RETRY_SECONDS have defaults.
 REQUIRED_FOR_STACK: tuple[str, ...] = (
     "MLFLOW_TRACKING_URI",
     "MLFLOW_S3_ENDPOINT_URL",

@@ -1,8 +1,19 @@
-"""Atomic checkpoints: server state, per-client state (personal params included), loop state.
+"""Crash-safe checkpoints: server state, per-client state (personal params included), loop state.
 
 All randomness in a run is derived from (seed, round, client), so restoring the round
 counter restores the random streams too; torch's global RNG state is saved anyway for
 code that draws from it (e.g. default module init), which keeps resume bit-identical.
+
+A checkpoint is one file whose integrity check travels inside it (format 2):
+
+    FEDCORE-CHECKPOINT\\n  <sha256 of the rest, hex>\\n  <header JSON>\\n  <torch.save payload>
+
+It is written through the atomic writer (temp file, fsync, rename, folder fsync), so a kill
+at any instant leaves every checkpoint path holding either its old or its new content. A
+stage end writes `stage-<name>.pt` and then `latest.pt`; resuming from a run dir takes the
+verified checkpoint that got furthest (its header says how far), so a kill between the two
+writes loses nothing. Payloads are read with `torch.load(weights_only=True)`: tensors, plain
+Python containers and numpy arrays only, so a crafted file cannot run code.
 """
 
 from __future__ import annotations
@@ -10,9 +21,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import json
+import pickle
+import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedcore.engine.loop import LoopState
@@ -21,7 +36,17 @@ from fedcore.engine.types import ServerState
 from fedcore.errors import ArtifactError
 from fedcore.io import atomic_write_bytes
 
-FORMAT = 1
+FORMAT = 2
+MAGIC = b"FEDCORE-CHECKPOINT\n"
+LEGACY_FORMAT = 1  # torch.save file + `<name>.sha256` sidecar; still read
+
+# What weights_only may rebuild beyond tensors and plain containers: numpy arrays and scalars,
+# which method state holds (FedCorr's LID scores, FedRG's noise matrices). Rebuilding an array
+# runs no user code; object arrays would still need their element classes allowed, and are not.
+_NUMPY_DTYPES = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                 np.float16, np.float32, np.float64, np.complex64, np.complex128)
+SAFE_GLOBALS: list[Any] = [np.ndarray((0,)).__reduce__()[0], np.float64(0).__reduce__()[0], np.ndarray, np.dtype,
+                           *{type(np.dtype(t)) for t in _NUMPY_DTYPES}]
 
 
 class Checkpointer:
@@ -30,6 +55,7 @@ class Checkpointer:
         self.config_hash = config_hash
         self.callbacks = callbacks or []
         self.clients: ClientStateStore | None = None
+        self._swept = False
 
     def save(self, state: ServerState, loop: LoopState, name: str) -> Path:
         payload = {
@@ -45,41 +71,154 @@ class Checkpointer:
         }
         buf = io.BytesIO()
         torch.save(payload, buf)
-        data = buf.getvalue()
+        header = {"format": FORMAT, "config_hash": self.config_hash, "rnd": state.rnd, "stage": state.stage,
+                  "stage_index": loop.stage_index, "stopped": loop.stopped}
+        blob = encode(header, buf.getvalue())
+        self._drop_sidecars()
         path = self.dir / f"{name}.pt"
-        atomic_write_bytes(path, data)
-        atomic_write_bytes(path.with_suffix(".sha256"), hashlib.sha256(data).hexdigest().encode())
+        atomic_write_bytes(path, blob)
         if name != "latest":  # stage-end checkpoints are also the latest state to resume from
-            atomic_write_bytes(self.dir / "latest.pt", data)
-            atomic_write_bytes(self.dir / "latest.sha256", hashlib.sha256(data).hexdigest().encode())
+            atomic_write_bytes(self.dir / "latest.pt", blob)
         return path
+
+    def sweep(self) -> None:
+        """Remove temp files a killed writer left (the run holds the run-dir lock: nobody else writes here)."""
+        for junk in self.dir.glob(".*.tmp") if self.dir.is_dir() else []:
+            junk.unlink(missing_ok=True)
+
+    def _drop_sidecars(self) -> None:
+        """Format-1 sidecars would be stale next to format-2 files; they go at the first save."""
+        if not self._swept and self.dir.is_dir():
+            self._swept = True
+            for sidecar in self.dir.glob("*.sha256"):
+                sidecar.unlink(missing_ok=True)
+
+
+def encode(header: dict[str, Any], payload: bytes) -> bytes:
+    """One checkpoint file: magic, sha256 of (header line + payload), header line, payload."""
+    body = json.dumps(header, sort_keys=True).encode() + b"\n" + payload
+    return MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+
+
+def _decode(path: Path, data: bytes) -> tuple[dict[str, Any], bytes]:
+    """(header, payload) of a format-2 file; ArtifactError when anything does not check out."""
+    rest = data[len(MAGIC):]
+    digest, _, body = rest.partition(b"\n")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        raise ArtifactError(f"checkpoint '{path}' is corrupt (sha256 mismatch); resume from an earlier one")
+    line, _, payload = body.partition(b"\n")
+    try:
+        header = json.loads(line)
+    except ValueError:
+        raise ArtifactError(f"checkpoint '{path}' has an unreadable header; resume from an earlier one") from None
+    return header, payload
+
+
+def safe_torch_load(data: bytes, what: str) -> Any:
+    """torch.load(weights_only=True) of bytes a user or a store provided, with numpy allowed.
+
+    A file that needs any other global (a pickle that would call a function) is refused with
+    a one-line ArtifactError and nothing in it runs.
+    """
+    try:
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as err:
+        # Only a pickle naming a global could run code; any other refusal is a damaged or foreign file.
+        found = re.search(r"GLOBAL (\S+)", str(err))
+        if found:
+            raise ArtifactError(f"{what} holds more than tensors and plain data (it asks for '{found.group(1)}'); "
+                                "fedcore refuses to load it, as loading could run code: use a file fedcore "
+                                "wrote") from None
+        raise ArtifactError(f"{what} cannot be read; it is truncated or not a fedcore checkpoint") from None
+    except Exception:
+        raise ArtifactError(f"{what} cannot be read; it is truncated or not a fedcore checkpoint") from None
 
 
 def find_checkpoint(path: Path) -> Path:
-    """A checkpoint file, or the latest one in a run dir / checkpoints dir."""
+    """A checkpoint file, or the checkpoints folder of a run dir (or that folder itself)."""
     path = Path(path)
-    for cand in (path, path / "latest.pt", path / "checkpoints" / "latest.pt"):
-        if cand.is_file():
-            return cand
+    if path.is_file():
+        return path
+    for folder in (path / "checkpoints", path):
+        if folder.is_dir() and any(folder.glob("*.pt")):
+            return folder
     raise ArtifactError(f"no checkpoint at '{path}'; pass a run dir written by `fedcore run` or a .pt checkpoint")
 
 
-def load_checkpoint(path: Path, config_hash: str | None = None) -> dict[str, Any]:
-    """Read and verify a checkpoint; refuse a corrupt one or one from another config."""
-    path = find_checkpoint(path)
+def _verified(path: Path) -> tuple[tuple[int, int] | None, bytes]:
+    """(progress from the header, payload bytes) of a checkpoint whose digest checks out.
+
+    Format-1 files carry no header (progress None) and their digest sits in a sidecar.
+    """
     data = path.read_bytes()
-    sidecar = path.with_suffix(".sha256")
-    if sidecar.is_file() and sidecar.read_text().strip() != hashlib.sha256(data).hexdigest():
-        raise ArtifactError(f"checkpoint '{path}' is corrupt (sha256 mismatch); resume from an earlier one")
+    if not data.startswith(MAGIC):
+        sidecar = path.with_suffix(".sha256")
+        if sidecar.is_file() and sidecar.read_text().strip() != hashlib.sha256(data).hexdigest():
+            raise ArtifactError(f"checkpoint '{path}' is corrupt (sha256 mismatch); resume from an earlier one")
+        return None, data
+    header, payload = _decode(path, data)
+    if header.get("format") != FORMAT:
+        raise ArtifactError(f"checkpoint '{path}' has format {header.get('format')}; this fedcore reads {FORMAT}")
     try:
-        # Our own files, verified above: they hold numpy arrays and plain Python in method state.
-        payload = torch.load(io.BytesIO(data), weights_only=False, map_location="cpu")
-    except Exception:
-        raise ArtifactError(
-            f"checkpoint '{path}' cannot be read; it is truncated or not a fedcore checkpoint"
-        ) from None
-    if payload.get("format") != FORMAT:
-        raise ArtifactError(f"checkpoint '{path}' has format {payload.get('format')}; this fedcore reads {FORMAT}")
+        return (int(header["rnd"]), int(header["stage_index"])), payload
+    except (KeyError, TypeError, ValueError):
+        raise ArtifactError(f"checkpoint '{path}' has an unreadable header; resume from an earlier one") from None
+
+
+def _load(path: Path, data: bytes) -> dict[str, Any]:
+    payload = safe_torch_load(data, f"checkpoint '{path}'")
+    if not isinstance(payload, dict) or payload.get("format") not in (FORMAT, LEGACY_FORMAT):
+        version = payload.get("format") if isinstance(payload, dict) else None
+        raise ArtifactError(f"checkpoint '{path}' has format {version}; this fedcore reads {FORMAT}")
+    return payload
+
+
+def _progress(payload: dict[str, Any]) -> tuple[int, int]:
+    return int(payload["state"]["rnd"]), int(payload["loop"]["stage_index"])
+
+
+def _furthest(folder: Path) -> tuple[Path, dict[str, Any]]:
+    """The verified checkpoint in `folder` that got furthest; latest.pt wins ties.
+
+    A damaged latest.pt is reported, not skipped (atomic writes mean no kill can cause one),
+    with the intact checkpoint to resume from instead; a damaged older one is skipped.
+    """
+    latest = folder / "latest.pt"
+    paths = ([latest] if latest.is_file() else []) + [p for p in sorted(folder.glob("*.pt")) if p != latest]
+    intact: list[tuple[tuple[int, int], Path, dict[str, Any] | None, bytes]] = []
+    errors: dict[Path, ArtifactError] = {}
+    for order, path in enumerate(paths):
+        try:
+            progress, data = _verified(path)
+        except ArtifactError as err:
+            errors[path] = err
+            continue
+        payload = None
+        if progress is None:  # format 1: only the payload knows how far it got
+            payload = _load(path, data)
+            progress = _progress(payload)
+        intact.append(((progress[0], progress[1], -order), path, payload, data))
+    if latest in errors:
+        hint = f"; resume from another one with --resume {max(intact, key=lambda t: t[0])[1]}" if intact else ""
+        raise ArtifactError(f"{str(errors[latest]).split('; ')[0]}{hint}")
+    if not intact:
+        raise next(iter(errors.values()))
+    _, path, payload, data = max(intact, key=lambda t: t[0])
+    return path, payload if payload is not None else _load(path, data)
+
+
+def load_checkpoint(path: Path, config_hash: str | None = None) -> dict[str, Any]:
+    """Read and verify a checkpoint; refuse a corrupt one or one from another config.
+
+    `path` may be a checkpoint file or a run dir (or its checkpoints/ folder); for a folder
+    the verified checkpoint that got furthest is taken (see the module docstring).
+    """
+    path = find_checkpoint(path)
+    if path.is_dir():
+        path, payload = _furthest(path)
+    else:
+        payload = _load(path, _verified(path)[1])
     if config_hash is not None and payload["config_hash"] != config_hash:
         raise ArtifactError(
             f"checkpoint '{path}' was written by config {payload['config_hash']}, not {config_hash}; "
@@ -123,4 +262,3 @@ def restore(
     torch.set_rng_state(payload["torch_rng"])
     return state, LoopState(stage_index=lp["stage_index"], history=lp["history"], stopped=lp["stopped"],
                             extras=lp.get("extras", {}))
-

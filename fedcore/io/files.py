@@ -39,10 +39,29 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Flush a folder's entries (a rename into it) to disk; a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a folder; the rename itself is still atomic
+    finally:
+        os.close(fd)
+
+
 def publish(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
-    """Rename a finished temp file onto `dest` with the permissions a plain open() would give."""
+    """Rename a finished temp file onto `dest` with the permissions a plain open() would give.
+
+    The folder is fsynced after the rename so that, after a power cut, `dest` holds either the
+    old or the new file, never an empty one (the data was fsynced before the rename).
+    """
     os.chmod(tmp, 0o666 & ~_UMASK)
     os.replace(tmp, dest)
+    fsync_dir(Path(dest).parent)
 
 
 def publish_dir(tmp: str | os.PathLike[str]) -> None:

@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 
 
 class MethodParams(BaseModel):
-    """Base for method params: unknown keys are rejected like everywhere else in the config."""
+    """Base for method params: unknown keys are rejected like everywhere else in the config, and
+    so are NaN and infinite floats."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 @dataclass(frozen=True)

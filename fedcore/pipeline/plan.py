@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fedcore import safe_yaml
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError
 from fedcore.registries import config_from_dict
@@ -77,7 +78,7 @@ def config_text(cfg: ExperimentConfig) -> str:
 def load_run_config(config_yaml: str, overrides_json: str = "[]", expect_hash: str = "") -> ExperimentConfig:
     """Rebuild a task's config; refuse it when it no longer hashes to what the pipeline was compiled for."""
     try:
-        data = yaml.safe_load(config_yaml) or {}
+        data = safe_yaml.loads(config_yaml) or {}
         overrides = json.loads(overrides_json or "[]")
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         raise ConfigError(f"task config cannot be parsed ({type(err).__name__}); recompile the pipeline") from None
@@ -148,10 +149,9 @@ def load_sweep_spec(path: str | Path | None, overrides: dict[str, Any] | None = 
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"sweep file '{p}' not found; pass a YAML with methods, seeds and settings")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError:
-            raise ConfigError(f"sweep file '{p}' is not valid YAML; fix the syntax") from None
+        data = safe_yaml.load_file(p, "sweep file") or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"sweep file '{p}' must hold a mapping (methods, seeds, settings)")
     data.update({k: v for k, v in (overrides or {}).items() if v})
     try:
         return SweepSpec.model_validate(data)

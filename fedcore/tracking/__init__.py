@@ -44,4 +44,5 @@ def make_tracker(cfg: TrackingConfig, base_dir: Path | None = None) -> Tracker:
         return NullTracker()
     from fedcore.tracking.mlflow import MlflowTracker
 
-    return MlflowTracker(cfg.uri, cfg.experiment, cfg.artifact_location, base_dir=base_dir)
+    return MlflowTracker(cfg.uri, cfg.experiment, cfg.artifact_location, base_dir=base_dir,
+                         retry_seconds=cfg.retry_seconds)

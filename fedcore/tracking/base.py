@@ -39,6 +39,13 @@ class RunStack:
             raise RuntimeError("no run is open: call start() first")
         return self._stack[-1]
 
+    def abandon(self) -> str:
+        """Close the top run here without telling the store (it is unreachable: the journal
+        keeps its end for `fedcore tracking sync`); returns its id."""
+        rid = self._active()
+        self._stack.pop()
+        return rid
+
 
 @runtime_checkable
 class Tracker(Protocol):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fedcore.engine.callbacks import Callback
 from fedcore.errors import TrackingError
 from fedcore.tracking.base import check_metrics, run_name_for, run_params, split_finite, standard_tags
+from fedcore.tracking.resilient import attach
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
@@ -47,6 +48,8 @@ class TrackingCallback(Callback):
     # -- hooks ---------------------------------------------------------------------------
 
     def on_run_start(self, info: dict[str, Any]) -> None:
+        # Outage-proof from here on: bounded retries, a journal in the run dir (fedcore.tracking.resilient).
+        self.tracker = attach(self.tracker, info)
         self.data_sha256 = self.data_sha256 or info.get("data_sha256")
         t = self.cfg.tracking
         # Inside an open (parent) run with nothing configured, become its child: the local sweep case.
@@ -85,6 +88,7 @@ class TrackingCallback(Callback):
         if bad:
             self._record_nonfinite("summary", self._last_round, bad)
         self._log_outputs(Path(out_dir))
+        self.tracker.flush(leave_open=self.keep_open)  # the uploads waited for the local outputs
         if not self.keep_open:
             self._end("FINISHED")
 
@@ -92,14 +96,17 @@ class TrackingCallback(Callback):
         self.fail(error)
 
     def fail(self, error: BaseException | str | None = None) -> None:
-        """End the run as FAILED, recording the error; never raises over the original failure."""
+        """End the run as FAILED (KILLED when interrupted: Ctrl-C, SIGTERM), recording the error;
+        never raises over the original failure. One attempt per call: the process is going down."""
         if not self._open:
             return
         try:
+            self.tracker.impatient()
             if error is not None:
                 text = " ".join(str(error).split()) or type(error).__name__
                 self.tracker.set_tags({"error": text[:1000]})
-            self._end("FAILED")
+            self.tracker.flush()
+            self._end("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
         except TrackingError as exc:
             log.warning("could not mark run %s as failed: %s", self.run_id, exc)
 

@@ -19,14 +19,13 @@ from typing import Any, TypeVar
 
 from fedcore.errors import TrackingError
 from fedcore.tracking.base import RunStack, check_metrics, check_status, check_str_map
+from fedcore.tracking.transport import FIX_HINT, Transport
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 METRICS_PER_BATCH = 1000  # MLflow's log_batch limit for metrics
 PARAMS_TAGS_PER_BATCH = 100  # ... and for params or tags
 PARENT_TAG = "mlflow.parentRunId"
-FIX_HINT = "start the server or fix tracking.uri / MLFLOW_TRACKING_URI"
-S3_HINT = "start the S3 server or fix MLFLOW_S3_ENDPOINT_URL and AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
 # Fail fast when connecting: MLflow's default (7 retries, exponential backoff) waits minutes.
 _UNREACHABLE = re.compile(r"Max retries exceeded|Failed to establish|timed out|Connection refused", re.I)
 CONNECT_ENV = {
@@ -94,16 +93,6 @@ def _connect_message(uri: str, exc: BaseException) -> str:
     return f"cannot use MLflow tracking store {uri}: {_one_line(exc)}; {FIX_HINT}"
 
 
-def _s3_errors() -> tuple[type[BaseException], ...]:
-    """boto3/botocore failures (none when boto3 is not installed: then no s3:// artifact store works)."""
-    try:
-        from boto3.exceptions import Boto3Error
-        from botocore.exceptions import BotoCoreError, ClientError
-    except ImportError:
-        return ()
-    return Boto3Error, BotoCoreError, ClientError
-
-
 def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -126,6 +115,7 @@ class MlflowTracker(RunStack):
         experiment: str = "fedcore",
         artifact_location: str | None = None,
         base_dir: str | Path | None = None,
+        retry_seconds: float | None = None,
     ) -> None:
         self.uri, default_artifacts = resolve_uri(uri, base_dir)
         self.artifact_root = artifact_location or default_artifacts
@@ -140,6 +130,8 @@ class MlflowTracker(RunStack):
 
                 self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
                 self.experiment_id = self._ensure_experiment(experiment)
+                self.experiment = experiment
+                self.transport = Transport(self.uri, retry_seconds)
             except TrackingError:
                 raise
             except Exception as exc:  # any failure here means the store is unusable
@@ -171,17 +163,9 @@ class MlflowTracker(RunStack):
         return exp.experiment_id
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one client call, turning store and network failures into a one-line TrackingError."""
-        from mlflow.exceptions import MlflowException
-
-        try:
-            return fn(*args, **kwargs)
-        except (MlflowException, OSError) as exc:
-            raise TrackingError(f"MLflow {what} failed on {self.uri}: {_one_line(exc)}") from None
-        except _s3_errors() as exc:
-            # Artifacts go straight from this client to an s3:// artifact store, so an unreachable
-            # endpoint or bad keys surface as boto errors, which are neither of the above.
-            raise TrackingError(f"MLflow {what} failed on its S3 artifact store: {_one_line(exc)}; {S3_HINT}") from None
+        """Run one client call with bounded retries (`fedcore.tracking.transport`); failures are
+        one-line TrackingErrors, and TrackingUnavailable once an endpoint has used its retry budget."""
+        return self.transport.call(what, fn, *args, artifact=what.startswith("upload"), **kwargs)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -254,11 +238,12 @@ class MlflowTracker(RunStack):
             self._call("log_batch(params)", self.client.log_batch, rid, params=chunk)
         known.update(fresh)
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
+        """timestamp_ms: when the values were measured (a replayed journal keeps the original time)."""
         from mlflow.entities import Metric
 
         rid = self._active()
-        ts = _now_ms()
+        ts = _now_ms() if timestamp_ms is None else int(timestamp_ms)
         items = [Metric(k, v, ts, step) for k, v in check_metrics(metrics, step).items()]
         for chunk in _chunks(items, METRICS_PER_BATCH):
             self._call("log_batch(metrics)", self.client.log_batch, rid, metrics=chunk)

@@ -86,7 +86,8 @@ class ModelRegistry:
 
         with tempfile.TemporaryDirectory(prefix="fedcore-champion-") as tmp:
             local = self._call("download", self.client.download_artifacts, run_id, MODEL_PATH, tmp)
-            return mlflow.pytorch.load_state_dict(local, map_location="cpu")
+            # A file from the store: rebuilt as tensors only, never as code.
+            return mlflow.pytorch.load_state_dict(local, map_location="cpu", weights_only=True)
 
     def run_config(self, run_id: str) -> dict[str, Any]:
         """The config.yaml a run logged (TrackingCallback writes it at run start)."""

@@ -27,7 +27,7 @@ def test_round_trip_equality(fed, tmp_path):
     assert np.array_equal(fed.truth.is_noisy_sample, back.truth.is_noisy_sample)
     assert back.meta["data_hash"] == fed.meta["data_hash"] and back.sha256 == fed.sha256
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["format_version"] == 1 and set(manifest["files"]) == {"data.pt", "truth.pt", "scene.json"}
+    assert manifest["format_version"] == 2 and set(manifest["files"]) == {"data.pt", "truth.pt", "scene.json"}
 
 
 def test_realized_rates_match_config(fed):
@@ -91,6 +91,31 @@ def test_manifest_of_the_wrong_shape_is_corrupt(fed, tmp_path, damage):
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match="corrupt manifest.json; re-create it"):
         FederatedDataset.load(out)
+
+
+@pytest.mark.parametrize("edit", [
+    lambda m: m["meta"].update(num_classes=3),  # used to crash with a traceback
+    lambda m: m["meta"].update(mean=[1000.0]),  # used to train silently to chance accuracy
+    lambda m: m.update(config_hash="0" * 16),
+])
+def test_any_edit_of_the_manifest_is_caught_as_corruption(fed, tmp_path, edit):
+    out = fed.save(tmp_path / "art")
+    manifest = json.loads((out / "manifest.json").read_text())
+    edit(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    with pytest.raises(ArtifactError, match="manifest.json was edited or damaged"):
+        FederatedDataset.load(out)
+
+
+def test_a_flipped_byte_in_the_manifest_is_corruption_not_a_decode_error(fed, tmp_path):
+    out = fed.save(tmp_path / "art")
+    raw = bytearray((out / "manifest.json").read_bytes())
+    for pos in (len(raw) // 2, len(raw) // 3):  # 0xFF is never UTF-8; a letter's high bit gives a digit or junk
+        damaged = raw.copy()
+        damaged[pos] ^= 0xFF
+        (out / "manifest.json").write_bytes(bytes(damaged))
+        with pytest.raises(ArtifactError, match="corrupt"):
+            FederatedDataset.load(out)
 
 
 def test_save_onto_a_file_is_refused_and_keeps_it(fed, tmp_path):

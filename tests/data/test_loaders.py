@@ -172,6 +172,33 @@ def test_cifar10_layout_and_asym_map(tmp_path: Path):
     assert ds.mean == pytest.approx(tuple(per_channel.mean(1))) and ds.std == pytest.approx(tuple(per_channel.std(1)))
 
 
+class _Touch:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))  # unpickling would create the file
+
+
+def test_a_crafted_cifar_batch_is_refused_and_runs_no_code(tmp_path: Path):
+    write_cifar10(tmp_path)
+    marker = tmp_path / "pwned"
+    _pickle(tmp_path / "cifar-10-batches-py" / "data_batch_3", {"data": _Touch(marker)})
+    with pytest.raises(DataError, match=r"data_batch_3' holds more than arrays and plain data \(it asks for "
+                                        r"'(io|builtins)\.open'\)"):
+        _load("cifar10", tmp_path)
+    assert not marker.exists()
+
+
+def test_cifar_batches_resaved_with_pickle_protocol_5_still_load(tmp_path: Path):
+    images = write_cifar10(tmp_path)
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_1"
+    with open(batch, "rb") as f:
+        d = pickle.load(f, encoding="latin1")
+    batch.write_bytes(pickle.dumps(d, protocol=5))  # numpy arrays then pickle through _frombuffer
+    np.testing.assert_array_equal(_load("cifar10", tmp_path).x_train, images)
+
+
 def test_cifar100_superclass_map(tmp_path: Path):
     write_cifar100(tmp_path)
     ds = _load("cifar100", tmp_path)

@@ -230,6 +230,7 @@ def test_unreachable_s3_artifact_store_is_a_one_line_tracking_error(store_dir, m
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("FEDCORE_TRACKING_RETRY_SECONDS", "0")  # the failure itself, not the retries
     tracker = MlflowTracker(None, request.node.name, artifact_location="s3://fedcore/mlflow", base_dir=store_dir)
     cfg = ExperimentConfig.model_validate({"tracking": {"backend": "mlflow"}})
     cb = TrackingCallback(tracker, cfg, data_sha256="d" * 64)
