@@ -1,20 +1,26 @@
-"""Client-SGD-steps per second: fedcore's engine vs a naive reference loop on identical work.
+"""Client-SGD-steps per second: naive loop vs fedcore's sequential and batched executors, same work.
 
 The naive loop is what FL code often looks like: a deepcopy of the global model and a
 DataLoader over a per-client copy of the data for every client, then a per-key FedAvg
-in Python. Both loops see the same data, the same shuffles (the engine's per-client
-generators) and the same init, so they must end at the same global parameters; the
-script checks that (max abs diff <= 1e-4) before it reports the speed ratio.
+in Python. All three see the same data, the same shuffles (the engine's per-client
+generators) and the same init, so they must end at the same global parameters. The script
+checks that first (sequential vs naive within 1e-4, batched vs sequential within 1e-5 per
+parameter) and exits 1 on a mismatch, then prints steps/s, the ratios to naive, and each
+variant's peak RSS (VmHWM, reset before each variant, so it includes the data loaded).
 
-    python benchmarks/round_throughput.py [--model mlp|cnn] [--rounds 5] [--clients 10] [--device cpu]
+    python benchmarks/round_throughput.py --model mlp --clients 20          # one setting
+    python benchmarks/round_throughput.py --suite --data-root /work/data/fmnist   # docs/performance.md
 
-Not a test: timings depend on the machine. Report the printed ratio.
+Not a test: timings depend on the machine. Report the printed table with its header line.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
+import platform
+import re
 import time
 
 import torch
@@ -22,6 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from fedcore.config import load_config
 from fedcore.data.build import build
+from fedcore.engine.batched import make_executor
 from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler, client_rngs
 from fedcore.engine.store import ClientStateStore
@@ -29,13 +36,34 @@ from fedcore.methods.registry import build_method
 from fedcore.models import resolve_device
 from fedcore.run import make_context
 
+# (model, clients, dataset, local epochs): digits at 20 clients is the quickstart setting the
+# targets refer to; digits has 1347 training images, so 100 and 1000 clients use Fashion-MNIST.
+SUITE = [("mlp", 20, "digits", 2), ("cnn", 20, "digits", 2),
+         ("mlp", 100, "fashion_mnist", 1), ("cnn", 100, "fashion_mnist", 1),
+         ("mlp", 1000, "fashion_mnist", 1), ("cnn", 1000, "fashion_mnist", 1)]
 
-def engine_run(cfg, fed, device):
+
+def peak_rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1)) / 1024
+
+
+def reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    except OSError:
+        pass
+
+
+def engine_run(cfg, fed, device, executor: str):
     ctx = make_context(cfg, fed, device)
     method = build_method(cfg)
     state = method.init(ctx)
     init = {k: v.clone() for k, v in state.params.items()}
-    loop = RoundLoop(method, ctx, ClientSampler(fed.num_clients, 1.0, cfg.seed), ClientStateStore(fed.num_clients))
+    ex = make_executor(executor, method, cfg.train.cohort_chunk)
+    loop = RoundLoop(method, ctx, ClientSampler(fed.num_clients, 1.0, cfg.seed), ClientStateStore(fed.num_clients),
+                     executor=ex)
     t = time.perf_counter()
     state = loop.run(state, LoopState())
     if device.type == "cuda":
@@ -88,31 +116,112 @@ def naive_run(cfg, fed, device, init, template):
     return global_model.state_dict(), time.perf_counter() - t, steps
 
 
+def count_steps(cfg, fed) -> int:
+    """Client-SGD steps of the run, replaying the engine's shuffles (the lone-sample skip included)."""
+    steps, bs = 0, cfg.train.batch_size
+    for rnd in range(cfg.train.rounds):
+        for cid, idx in enumerate(fed.client_indices):
+            n = len(idx)
+            _, gen = client_rngs(cfg.seed, rnd, cid)
+            for _ in range(max(cfg.train.local_epochs, 1)):
+                torch.randperm(n, generator=gen)
+                steps += sum(1 for s in range(0, n, bs) if min(bs, n - s) >= 2 or n < 2)
+    return steps
+
+
+def max_diff(a, b) -> float:
+    return max(float((a[k].float() - b[k].float().to(a[k].device)).abs().max()) for k in a)
+
+
+def config(args, model: str, clients: int, data: str, epochs: int):
+    over = [f"model.name={model}", f"train.rounds={args.rounds}", f"partition.num_clients={clients}",
+            f"train.local_epochs={epochs}", f"train.device={args.device}", "noise.type=none",
+            f"data.name={data}", f"train.cohort_chunk={args.chunk}"]
+    if data != "digits":
+        over += [f"data.root={args.data_root}"] if args.data_root else []
+        over += [f"data.max_train={args.max_train}"] if args.max_train else []
+    return load_config("configs/quickstart.yaml", over)
+
+
+def measure(args, model: str, clients: int, data: str, epochs: int) -> dict:
+    cfg = config(args, model, clients, data, epochs)
+    device = resolve_device(args.device)
+    fed = build(cfg)
+    row: dict = {"model": model, "clients": clients, "data": data, "epochs": epochs, "steps": count_steps(cfg, fed)}
+    reset_peak_rss()
+    bat, row["batched_s"], init, template = engine_run(cfg, fed, device, "batched")
+    row["batched_rss"] = peak_rss_mib()
+    reset_peak_rss()
+    seq, row["sequential_s"], _, _ = engine_run(cfg, fed, device, "sequential")
+    row["sequential_rss"] = peak_rss_mib()
+    row["diff_batched"] = max_diff(bat, seq)
+    if not args.skip_naive:
+        reset_peak_rss()
+        ref, row["naive_s"], steps = naive_run(cfg, fed, device, init, template)
+        assert steps == row["steps"], (steps, row["steps"])
+        row["naive_rss"] = peak_rss_mib()
+        row["diff_naive"] = max_diff(seq, ref)
+    return row
+
+
+def warm_up(args) -> None:
+    """First calls pay one-off costs (kernel selection, lazy imports); keep them out of the timings."""
+    a = argparse.Namespace(**{**vars(args), "rounds": 1})
+    for model in ("mlp", "cnn"):
+        measure(a, model, 4, "digits", 1)
+
+
+def report(rows: list[dict], args) -> bool:
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread(s), device {args.device}, rounds {args.rounds}, "
+          f"cohort_chunk {args.chunk}")
+    print("| model | clients | data | client-steps | naive steps/s | sequential steps/s | batched steps/s "
+          "| seq/naive | batched/naive | batched/seq | peak RSS MiB naive / seq / batched | max diff b-s / s-n |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ok = True
+    for r in rows:
+        steps = r["steps"]
+        naive_s = r.get("naive_s")
+        naive = f"{steps / naive_s:.0f}" if naive_s else "-"
+
+        def ratio(t: float, naive_s=naive_s) -> str:
+            return f"{naive_s / t:.2f}x" if naive_s else "-"
+
+        rss = f"{r.get('naive_rss', float('nan')):.0f} / {r['sequential_rss']:.0f} / {r['batched_rss']:.0f}"
+        dn = r.get("diff_naive", float("nan"))
+        print(f"| {r['model']} | {r['clients']} | {r['data']} | {steps} | {naive} | "
+              f"{steps / r['sequential_s']:.0f} | {steps / r['batched_s']:.0f} | {ratio(r['sequential_s'])} | "
+              f"{ratio(r['batched_s'])} | {r['sequential_s'] / r['batched_s']:.2f}x | {rss} | "
+              f"{r['diff_batched']:.1e} / {dn:.1e} |")
+        ok &= r["diff_batched"] <= 1e-5 and not dn > 1e-4
+    print("parameters: " + ("OK (batched = sequential within 1e-5, sequential = naive within 1e-4)" if ok
+                            else "MISMATCH"))
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="mlp")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--data", default="digits")
+    ap.add_argument("--data-root", default=None, help="dataset files for non-bundled datasets")
+    ap.add_argument("--max-train", type=int, default=None, help="cap on training images (data.max_train)")
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--chunk", type=int, default=64, help="train.cohort_chunk")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 keeps timings comparable)")
+    ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--suite", action="store_true", help="the docs/performance.md table: mlp/cnn x 20/100/1000")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = load_config("configs/quickstart.yaml", [
-        f"model.name={args.model}", f"train.rounds={args.rounds}", f"partition.num_clients={args.clients}",
-        f"train.local_epochs={args.epochs}", f"train.device={args.device}", "noise.type=none",
-    ])
-    device = resolve_device(args.device)
-    fed = build(cfg)
-    eng_params, eng_t, init, template = engine_run(cfg, fed, device)
-    ref_params, ref_t, steps = naive_run(cfg, fed, device, init, template)
-    diff = max(float((eng_params[k].float() - ref_params[k].float().to(device)).abs().max()) for k in ref_params)
-    print(f"model={args.model} device={device} clients={args.clients} rounds={args.rounds} client-steps={steps}")
-    print(f"engine: {steps / eng_t:9.1f} steps/s ({eng_t:.2f} s)")
-    print(f"naive : {steps / ref_t:9.1f} steps/s ({ref_t:.2f} s)")
-    print(f"max |param diff| = {diff:.2e} ({'OK' if diff <= 1e-4 else 'MISMATCH'})")
-    print(f"speed ratio engine/naive = {ref_t / eng_t:.2f}x")
-    if diff > 1e-4:
+    warm_up(args)
+    settings = SUITE if args.suite else [(args.model, args.clients, args.data, args.epochs)]
+    rows = []
+    for s in settings:
+        rows.append(measure(args, *s))
+        print(f"done: {s}", flush=True)
+    if not report(rows, args):
         raise SystemExit(1)
 
 

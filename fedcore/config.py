@@ -122,6 +122,14 @@ class TrainConfig(Strict):
     early_stop_patience: int = Field(0, ge=0, description="evaluations without improvement; 0 = off")
     augment: Literal["none", "weak"] = Field("none", description="augmentation for plain local training")
     memorization: bool = Field(True, description="score memorization of noisy training labels at eval")
+    executor: Literal["auto", "sequential", "batched"] = Field(
+        "auto", description="how a round's clients train: batched = stacked in one computation (the method must "
+        "support it), sequential = one after another, auto = batched wherever the method supports it"
+    )
+    cohort_chunk: int = Field(
+        64, ge=1, description="batched executor: clients trained together at most; bounds memory to "
+        "O(chunk x model + data)"
+    )
 
 
 class MethodConfig(Strict):

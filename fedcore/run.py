@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch
 
 from fedcore.config import ExperimentConfig
 from fedcore.data.federated import FederatedDataset, build_federated_dataset
+from fedcore.engine.batched import make_executor
 from fedcore.engine.callbacks import Callback
 from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
 from fedcore.engine.loop import LoopState, RoundLoop
@@ -81,6 +83,7 @@ def run_experiment(
     method = build_method(cfg)
     _check_stages(method, stages)
     state = method.init(ctx)
+    executor = make_executor(cfg.train.executor, method, cfg.train.cohort_chunk)
     clients_state = ClientStateStore(fed.num_clients)
     cbs = list(callbacks)
     ckpt = Checkpointer(out / "checkpoints", cfg.resume_hash(), cbs)
@@ -95,14 +98,16 @@ def run_experiment(
     # Only now, with data, method and checkpoint accepted: bad input leaves no empty run dir behind.
     out.mkdir(parents=True, exist_ok=True)
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
-            "data_sha256": fed.sha256, "fed": fed}
+            "data_sha256": fed.sha256, "fed": fed, "executor": executor.name}
+    print(f"fedcore run: {cfg.method.name} on {device}, executor {executor_label(executor, cfg)}",
+          file=sys.stderr, flush=True)
     try:
         # Inside the try: a tracking run opened here and then failing (e.g. its artifact store
         # is unreachable) is ended FAILED by on_failure instead of staying RUNNING.
         for cb in cbs:
             cb.on_run_start(info)
         state, summary = _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages,
-                                out)
+                                out, executor)
     except BaseException as err:
         for cb in cbs:
             cb.on_failure(err)
@@ -112,14 +117,21 @@ def run_experiment(
     return RunResult(out, summary, loop_state.history, state)
 
 
-def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out):
+def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out, executor):
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
         clients_state, cbs, evaluator=evaluator, scorer=Scorer(fed), eval_every=cfg.train.eval_every,
-        checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every,
+        checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every, executor=executor,
     )
     state = loop.run(state, loop_state, only=stages)
-    return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras)
+    return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras,
+                                executor.name)
+
+
+def executor_label(executor: Any, cfg: ExperimentConfig) -> str:
+    """e.g. 'batched (train.executor=auto, cohort_chunk=64)'."""
+    chunk = f", cohort_chunk={cfg.train.cohort_chunk}" if executor.name == "batched" else ""
+    return f"{executor.name} (train.executor={cfg.train.executor}{chunk})"
 
 
 def _check_stages(method: Any, stages: Sequence[str] | None) -> None:
@@ -147,7 +159,7 @@ def summarize(history: list[dict[str, Any]], task: str) -> dict[str, float]:
 
 def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, method: Any, state: ServerState,
                   history: list[dict[str, Any]], evaluator: Evaluator,
-                  extras: dict[str, Any] | None = None) -> dict[str, float]:
+                  extras: dict[str, Any] | None = None, executor: str | None = None) -> dict[str, float]:
     """Final artifacts; `extras` are the method's latest `Estimates.extra` (e.g. descriptor scatter)."""
     summary = summarize(history, fed.task)
     buf = io.BytesIO()
@@ -155,7 +167,7 @@ def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, metho
     atomic_write_bytes(out / "model.pt", buf.getvalue())
     atomic_write_bytes(out / "history.csv", history_csv(history).encode())
     record = {"method": cfg.method.name, "seed": cfg.seed, "config_hash": cfg.config_hash(),
-              "data_sha256": fed.sha256, "rounds": state.rnd, "summary": summary}
+              "data_sha256": fed.sha256, "rounds": state.rnd, "executor": executor, "summary": summary}
     atomic_write_bytes(out / "metrics.json", json.dumps(_finite(record), indent=2).encode())
     atomic_write_bytes(out / "config.yaml", cfg.to_yaml().encode())
     if "confusion" in evaluator.last:

@@ -94,7 +94,7 @@ class RoundLoop:
             cohort = list(range(len(self.ctx.clients)))
         else:
             cohort = self.sampler.sample(state.rnd)
-        updates = self.executor.map(self.method.client_update, self._tasks(state, cohort, plan.instructions))
+        updates = self.executor.run_clients(self.method, self._tasks(state, cohort, plan.instructions))
         self._keep_client_state(updates)
         state, result = self.method.server_update(state, plan, updates)
         state = state.replace(rnd=state.rnd + 1, stage_round=state.stage_round + 1)

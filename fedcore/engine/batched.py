@@ -1,0 +1,184 @@
+"""The batched executor: a round's clients trained as one computation over stacked parameters.
+
+A method opts in structurally, without the engine knowing which method it is: it offers
+`batched_support() -> None` (or a reason why not) and `local_program(task) -> LocalProgram`,
+which describes the client's local run as a per-batch loss over (params, batch, client
+constants, static settings). The engine owns the optimizer loop (`engine.stacked`): it
+stacks the parameters of clients whose programs have the same structure, draws each
+client's batches from that client's own generator exactly as the sequential loop does,
+evaluates the per-sample losses of all of them in one pass (`StackedNet`: grouped layers,
+or torch.func.vmap) and steps a stacked SGD/Adam (`train.foptim`).
+
+Chunks of at most `cohort_chunk` clients are trained at a time, so memory is
+O(chunk x model + data), never O(cohort x data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedcore.engine.executor import SequentialExecutor
+from fedcore.engine.stacknet import StackedNet
+from fedcore.engine.store import ClientData
+from fedcore.engine.types import ClientTask, ClientUpdate, Params
+from fedcore.errors import ConfigError
+from fedcore.train.local import OptimSpec
+
+EXECUTORS = ("auto", "sequential", "batched")
+
+
+@dataclass
+class StackedStep:
+    """What a batched loss sees: one step of K clients at once (rows = clients).
+
+    params: current parameters (K, ...); start: the parameters each client started the round
+    from; batch: per-sample fields of the step (K, B, ...) ("x", "y" and the program's
+    fields; rows of a short batch are padded, and the engine masks the padding out of each
+    client's mean); consts: the programs' per-client tensors, stacked (K, ...); static:
+    their Python settings (equal across the stack); net: the model over stacked params.
+    """
+
+    net: StackedNet
+    params: Params
+    start: Params
+    batch: dict[str, torch.Tensor]
+    consts: dict[str, Any]
+    static: Mapping[str, Hashable]
+    k: int
+    b: int
+
+    def flat(self, t: torch.Tensor) -> torch.Tensor:
+        """(K, B, ...) -> (K * B, ...): per-sample rows, as the loss functions take them."""
+        return t.reshape(self.k * self.b, *t.shape[2:])
+
+    def each(self, c: torch.Tensor) -> torch.Tensor:
+        """A per-client tensor (K, ...) repeated for each of its samples -> (K * B, ...)."""
+        return c.unsqueeze(1).expand(self.k, self.b, *c.shape[1:]).reshape(self.k * self.b, *c.shape[1:])
+
+
+# loss(step) -> per-sample losses (K * B,) or (K, B), or (those, {name: per-sample values to report})
+BatchedLoss = Callable[[StackedStep], "torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]"]
+
+
+@dataclass
+class LocalProgram:
+    """One client's local run, described for the batched executor.
+
+    samples: per-sample tensors in local order (n, ...), gathered at each batch's positions.
+    inputs: pos -> per-sample fields of the batch (one row per position), called on the host
+      right after the batch is drawn, for anything that draws randomness (augmentation,
+      mixup); None = the engine gathers the plain normalized inputs as "x" itself.
+    regularizer(step) -> (K,) per-client terms added to each client's batch loss, or None.
+    after_step(params, consts, static) -> updated consts (stacked) after every optimizer step.
+    finish(params, stats, consts) -> the ClientUpdate, once training ends.
+    """
+
+    data: ClientData
+    gen: torch.Generator
+    spec: OptimSpec
+    params: Params
+    trainable: tuple[str, ...]
+    model: nn.Module
+    loss: BatchedLoss
+    finish: Callable[[Params, dict[str, float], dict[str, Any]], ClientUpdate]
+    samples: dict[str, torch.Tensor] = field(default_factory=dict)
+    consts: dict[str, Any] = field(default_factory=dict)
+    static: Mapping[str, Hashable] = field(default_factory=dict)
+    inputs: Callable[[torch.Tensor], dict[str, torch.Tensor]] | None = None
+    regularizer: Callable[[StackedStep], torch.Tensor | None] | None = None
+    after_step: Callable[[Params, dict[str, Any], Mapping[str, Hashable]], dict[str, Any]] | None = None
+
+
+def model_support(model: nn.Module) -> str | None:
+    """None when the model can be trained stacked, else why not.
+
+    BatchNorm mixes the samples of a batch (so padded rows would change the statistics) and
+    updates running buffers; dropout would draw different masks than the sequential loop.
+    """
+    for name, m in model.named_modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            return f"its model has BatchNorm ({name}); use a GroupNorm model (e.g. model.params.norm=group)"
+        if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
+            return f"its model has dropout ({name})"
+    return None
+
+
+def _tree_sig(tree: Any) -> Any:
+    if isinstance(tree, Mapping):
+        return tuple((k, _tree_sig(v)) for k, v in sorted(tree.items()))
+    if isinstance(tree, torch.Tensor):
+        return (tuple(tree.shape), tree.dtype, tree.device)
+    raise TypeError(f"batched consts must be tensors or dicts of tensors, got {type(tree).__name__}")
+
+
+def _fn_id(fn: Callable | None) -> Any:
+    return None if fn is None else (getattr(fn, "__func__", fn), id(getattr(fn, "__self__", None)))
+
+
+def signature(p: LocalProgram) -> Hashable:
+    """Programs with equal signatures can share one stacked computation."""
+    return (
+        p.spec, p.trainable, id(p.model), tuple(sorted(p.static.items())), _tree_sig(p.consts),
+        tuple((k, v.dtype, tuple(v.shape[1:])) for k, v in sorted(p.samples.items())),
+        tuple((k, tuple(v.shape), v.dtype) for k, v in p.params.items()),
+        p.inputs is None, _fn_id(p.loss), _fn_id(p.regularizer), _fn_id(p.after_step),
+    )
+
+
+def batched_reason(method: Any) -> str | None:
+    """None when `method` can train batched, else why not (from its own `batched_support`)."""
+    support = getattr(method, "batched_support", None)
+    if not callable(support) or not callable(getattr(method, "local_program", None)):
+        return "it describes no batched local step"
+    return support()
+
+
+class BatchedExecutor(SequentialExecutor):
+    """Trains a round's clients in stacks of at most `chunk`; probes stay sequential."""
+
+    name = "batched"
+
+    def __init__(self, chunk: int = 64) -> None:
+        if chunk < 1:
+            raise ValueError("cohort chunk must be >= 1")
+        self.chunk = chunk
+
+    def run_clients(self, method: Any, tasks: Sequence[ClientTask]) -> list[ClientUpdate]:
+        from fedcore.engine.stacked import finish_stats, train_stacked
+
+        if len(tasks) < 2:  # nothing to stack; the sequential loop computes the same update
+            return super().run_clients(method, tasks)
+        programs = [method.local_program(t) for t in tasks]
+        out: list[ClientUpdate | None] = [None] * len(tasks)
+        groups: dict[Hashable, list[int]] = {}
+        for i, p in enumerate(programs):
+            if p is None:
+                out[i] = method.client_update(tasks[i])
+            else:
+                groups.setdefault(signature(p), []).append(i)
+        for idx in groups.values():
+            for s in range(0, len(idx), self.chunk):
+                chunk = idx[s:s + self.chunk]
+                for i, (params, sums, consts) in zip(chunk, train_stacked([programs[i] for i in chunk]), strict=True):
+                    out[i] = programs[i].finish(params, finish_stats(sums, programs[i].spec), consts)
+        return out  # type: ignore[return-value]
+
+
+def make_executor(choice: str, method: Any, chunk: int) -> SequentialExecutor:
+    """The executor `train.executor` asks for; 'auto' = batched wherever the method supports it."""
+    if choice not in EXECUTORS:
+        raise ConfigError(f"train.executor must be one of {', '.join(EXECUTORS)}, got '{choice}'")
+    if choice == "sequential":
+        return SequentialExecutor()
+    reason = batched_reason(method)
+    if reason is None:
+        return BatchedExecutor(chunk)
+    if choice == "batched":
+        raise ConfigError(f"method '{getattr(method, 'name', '?')}' cannot train batched: {reason}; "
+                          "set train.executor=auto or sequential")
+    return SequentialExecutor()
