@@ -74,7 +74,8 @@ class RoundLoop:
             old = self.store.get(u.cid)
             new = dict(old if u.state is None else u.state)
             if prefixes and u.params is not None:
-                new[PERSONAL] = {k: v for k, v in u.params.items() if k.startswith(prefixes)}
+                # Copies: an update's tensors may be views into a larger buffer (a batched stack).
+                new[PERSONAL] = {k: v.clone() for k, v in u.params.items() if k.startswith(prefixes)}
             elif PERSONAL in old:
                 new[PERSONAL] = old[PERSONAL]
             self.store.put(u.cid, new)

@@ -1,12 +1,16 @@
 """The stacked optimizer loop behind the batched executor.
 
 K clients with the same program structure train as rows of (K, ...) tensors. Every step,
-each client draws its next batch from its own generator, exactly as `train_local` does
+each client draws its next batch from its own generator exactly as `train_local` does
 (same shuffles, same skip of a lone trailing sample, the program's `inputs` hook right
 after the draw); short batches are padded and the padding is masked out of the client's
-mean, so a batch's size counts as in the sequential loop. A client whose steps have run
-out takes no more: it leaves the stack at once, so clients of unequal size neither change
-each other's results nor keep idle rows computing.
+mean, so a batch's size counts as in the sequential loop.
+
+Clients of unequal size take unequal numbers of steps. The rows are ordered by that number
+(it follows from the client's size and the optimizer spec alone), so the clients still
+training are always the first rows: a client whose steps have run out drops off the end
+of the stack, keeps its parameters and optimizer state where they are, and costs no more
+compute, copies or padding.
 """
 
 from __future__ import annotations
@@ -26,37 +30,52 @@ from fedcore.train.local import OptimSpec
 Tensor = torch.Tensor
 
 
-def _positions(p: LocalProgram) -> Iterator[Tensor]:
+def _positions(p: LocalProgram, gen: torch.Generator) -> Iterator[Tensor]:
     """The client's batches in `train_local`'s order and with its skip rule."""
     data, spec = p.data, p.spec
-    for pos in data.batches(spec.batch_size, p.gen, epochs=spec.epochs, steps=spec.steps):
+    for pos in data.batches(spec.batch_size, gen, epochs=spec.epochs, steps=spec.steps):
         if len(pos) < 2 and data.n >= 2:
             continue  # a lone trailing sample breaks BatchNorm and adds nothing (as train_local)
         yield pos
 
 
-def _stack(trees: Sequence[Any]) -> Any:
+def num_steps(n: int, spec: OptimSpec) -> int:
+    """How many optimizer steps a client of n samples takes in `train_local` (the batch sizes,
+    unlike their contents, do not depend on the shuffle)."""
+    if n == 0:
+        return 0
+    bs = spec.batch_size
+    sizes = [min(bs, n - s) for s in range(0, n, bs)]  # one epoch
+    ok = [s >= 2 or n < 2 for s in sizes]  # a lone sample is skipped when the client has more
+    if spec.steps is None:
+        return max(spec.epochs, 1) * sum(ok)  # the loop runs one epoch even for epochs <= 0
+    full, part = divmod(spec.steps, len(sizes))
+    return full * sum(ok) + sum(ok[:part])
+
+
+def _tree(trees: Sequence[Any], fn) -> Any:
     if isinstance(trees[0], dict):
-        return {k: _stack([t[k] for t in trees]) for k in trees[0]}
-    return torch.stack(list(trees))
+        return {k: _tree([t[k] for t in trees], fn) for k in trees[0]}
+    return fn(trees)
 
 
-def _map(tree: Any, fn) -> Any:
-    return {k: _map(v, fn) for k, v in tree.items()} if isinstance(tree, dict) else fn(tree)
+def _rows(tree: Any, k: int | slice) -> Any:
+    return {n: _rows(v, k) for n, v in tree.items()} if isinstance(tree, dict) else tree[k]
 
 
 class _Stack:
-    """Stacked parameters, optimizer state, constants and running sums of the rows still in training."""
+    """Stacked parameters, optimizer, constants and running sums; rows [0, k) are still training."""
 
     def __init__(self, programs: Sequence[LocalProgram]) -> None:
         first = programs[0]
         self.dev = first.data.store.device
         self.names = list(first.params)
         self.trainable = [n for n in self.names if n in set(first.trainable)]
-        self.ids = list(range(len(programs)))
+        self.k = len(programs)
         self.params = {n: torch.stack([p.params[n].detach() for p in programs]) for n in self.names}
-        self._set_start()
-        self.consts = _stack([p.consts for p in programs]) if first.consts else {}
+        # The round's starting point (a proximal anchor, a KD teacher); only trained tensors change.
+        self.start = {n: self.params[n].clone() if n in self.trainable else self.params[n] for n in self.names}
+        self.consts = _tree([p.consts for p in programs], torch.stack) if first.consts else {}
         sizes = torch.tensor([p.data.n for p in programs], device=self.dev)
         self.offsets = torch.cumsum(sizes, 0) - sizes
         self.fields = {k: torch.cat([p.samples[k] for p in programs]) for k in first.samples}
@@ -65,42 +84,27 @@ class _Stack:
         s = first.spec
         self.opt = make_stacked_optimizer(s.kind, s.lr, s.momentum, s.weight_decay)
         self.loss_sum = torch.zeros(len(programs), device=self.dev)
-        self.steps = torch.zeros(len(programs), dtype=torch.long, device=self.dev)
         self.logs: dict[str, Tensor] = {}
 
-    def _set_start(self) -> None:
-        self.start = {n: (self.params[n].clone() if n in self.trainable else self.params[n]) for n in self.names}
-        for n in self.trainable:
-            self.params[n].requires_grad_(True)
+    def step_params(self) -> tuple[Params, list[Tensor]]:
+        """This step's parameters (rows [0, k)) and the trained ones among them as fresh leaves."""
+        params = {n: self.params[n][: self.k] for n in self.names}
+        leaves = [params[n].detach().requires_grad_(True) for n in self.trainable]
+        params.update(zip(self.trainable, leaves, strict=True))
+        return params, leaves
 
-    def leaves(self) -> list[Tensor]:
-        return [self.params[n] for n in self.trainable]
-
-    def take(self, r: int) -> tuple[Params, dict[str, Any], dict[str, Any]]:
-        params = {n: self.params[n][r].detach().clone() for n in self.names}
-        sums = {"loss": self.loss_sum[r], "steps": self.steps[r], "logs": {k: v[r] for k, v in self.logs.items()}}
-        return params, sums, _map(self.consts, lambda t: t[r].clone())
-
-    def keep(self, rows: list[int]) -> None:
-        """Drop every row not in `rows` (finished clients, already taken)."""
-        idx = torch.tensor(rows, device=self.dev)
-        start = {n: self.start[n].index_select(0, idx) for n in self.trainable}
-        self.params = {n: self.params[n].detach().index_select(0, idx) for n in self.names}
-        self.start = {n: start.get(n, self.params[n]) for n in self.names}
-        for n in self.trainable:
-            self.params[n].requires_grad_(True)
-        self.consts = _map(self.consts, lambda t: t.index_select(0, idx))
-        self.opt.select(idx)
-        self.offsets, self.loss_sum, self.steps = (t.index_select(0, idx) for t in (self.offsets, self.loss_sum,
-                                                                                   self.steps))
-        self.logs = {k: v.index_select(0, idx) for k, v in self.logs.items()}
-        self.ids = [self.ids[r] for r in rows]
+    def take(self, r: int, steps: int) -> tuple[Params, dict[str, Any], dict[str, Any]]:
+        """Row r's results. Views, not copies: a finished row is never written again."""
+        params = {n: self.params[n][r] for n in self.names}
+        sums = {"loss": self.loss_sum[r], "steps": steps, "logs": {k: v[r] for k, v in self.logs.items()}}
+        return params, sums, _rows(self.consts, r)
 
 
-def _client_losses(st: _Stack, first: LocalProgram, net: StackedNet, batch: dict, w: Tensor):
-    """Each client's batch loss: masked mean of its per-sample losses, plus its regularizer -> (K,), logs."""
+def _client_losses(first: LocalProgram, net: StackedNet, params: Params, st: _Stack, batch: dict, w: Tensor):
+    """Each client's batch loss: masked mean of its per-sample losses, plus its regularizer -> (k,), logs."""
     k, b = w.shape
-    step = StackedStep(net, st.params, st.start, batch, st.consts, first.static, k, b)
+    step = StackedStep(net, params, _rows(st.start, slice(0, k)), batch, _rows(st.consts, slice(0, k)),
+                       first.static, k, b)
     out = first.loss(step)
     per, logs = out if isinstance(out, tuple) else (out, {})
     den = w.sum(1).clamp(min=1.0)
@@ -111,84 +115,85 @@ def _client_losses(st: _Stack, first: LocalProgram, net: StackedNet, batch: dict
     return loss, {name: (v.reshape(k, b) * w).sum(1) / den for name, v in logs.items()}
 
 
-def _pad(rows: list[Tensor | None], like: Tensor) -> Tensor:
-    empty = like.new_zeros((0, *like.shape[1:]))
-    return pad_sequence([empty if r is None else r for r in rows], batch_first=True)
+def _pad(rows: list[Tensor]) -> Tensor:
+    """Rows of per-sample values (b_i, ...) -> (k, max b_i, ...), zero-padded (most steps need no padding)."""
+    if all(len(r) == len(rows[0]) for r in rows):
+        return torch.stack(rows)
+    return pad_sequence(rows, batch_first=True)
 
 
-def _batch(st: _Stack, first: LocalProgram, pos: list[Tensor | None], host: list[dict | None]) -> tuple[dict, Tensor]:
-    """Per-sample fields (R, B, ...) of this step and the weights (R, B) that mask the padding."""
-    like = next(p for p in pos if p is not None)
-    pm = _pad(pos, like)
-    lens = torch.tensor([0 if p is None else len(p) for p in pos], device=st.dev)
+def _batch(st: _Stack, first: LocalProgram, pos: list[Tensor], host: list[dict | None]) -> tuple[dict, Tensor]:
+    """Per-sample fields (k, B, ...) of this step and the weights (k, B) that mask the padding."""
+    pm = _pad(pos)
+    lens = torch.tensor([len(p) for p in pos], device=st.dev)
     w = (torch.arange(pm.shape[1], device=st.dev)[None, :] < lens[:, None]).to(st.loss_sum.dtype)
-    g = pm + st.offsets[:, None]
+    g = pm + st.offsets[: len(pos), None]
     batch = {k: v[g] for k, v in st.fields.items() if k != "__idx"}
     if "__idx" in st.fields:
         store = first.data.store
         batch["x"] = store.get(st.fields["__idx"][g].reshape(-1)).view(*g.shape, *store.in_shape)
-    h0 = next((h for h in host if h is not None), None)
-    for k, v0 in (h0 or {}).items():
-        for p, h in zip(pos, host, strict=True):
-            if h is not None and len(h[k]) != len(p):
-                raise ValueError(f"inputs() field '{k}' has {len(h[k])} rows for a batch of {len(p)}; "
-                                 "give one row per sample")
-        batch[k] = _pad([None if h is None else h[k] for h in host], v0)
+    if host[0] is not None:
+        for k in host[0]:
+            for p, h in zip(pos, host, strict=True):
+                if len(h[k]) != len(p):
+                    raise ValueError(f"inputs() field '{k}' has {len(h[k])} rows for a batch of {len(p)}; "
+                                     "give one row per sample")
+            batch[k] = _pad([h[k] for h in host])
     return batch, w
-
-
-def _draw(st: _Stack, programs, its) -> tuple[list[Tensor | None], list[dict | None]]:
-    pos, host = [], []
-    for pid in st.ids:
-        p = next(its[pid], None)
-        pos.append(p)
-        host.append(programs[pid].inputs(p) if p is not None and programs[pid].inputs is not None else None)
-    return pos, host
 
 
 def train_stacked(programs: Sequence[LocalProgram]) -> list[tuple[Params, dict[str, Any], dict[str, Any]]]:
     """Train programs of one signature together -> per program (params, sums, consts), in order.
 
-    sums: {"loss": summed batch losses, "steps": optimizer steps taken, "logs": summed logged
-    terms}, as 0-d tensors on the device (see `finish_stats`).
+    sums: {"loss": summed batch losses (0-d tensor), "steps": optimizer steps, "logs": summed
+    logged terms (0-d tensors)}; see `finish_stats`.
     """
-    first = programs[0]
+    steps = [num_steps(p.data.n, p.spec) for p in programs]
+    order = sorted(range(len(programs)), key=lambda i: -steps[i])  # stable: longest runs first
+    progs = [programs[i] for i in order]
+    first = progs[0]
     first.model.train()  # as train_local (the functional calls read the module's mode)
-    st = _Stack(programs)
+    st = _Stack(progs)
     net = StackedNet(first.model)
-    its = [_positions(p) for p in programs]
-    out: dict[int, tuple] = {}
-    while st.ids:
-        pos, host = _draw(st, programs, its)
-        rows = [r for r, p in enumerate(pos) if p is not None]
-        if len(rows) < len(pos):
-            # A client whose steps ran out takes no more steps: it leaves the stack with its
-            # params and sums (leaving costs one copy of the stack; freezing its row would cost
-            # that on every remaining step).
-            for r, p in enumerate(pos):
-                if p is None:
-                    out[st.ids[r]] = st.take(r)
-            if not rows:
-                break
-            st.keep(rows)
-            pos, host = [pos[r] for r in rows], [host[r] for r in rows]
+    its = [_positions(p, p.gen) for p in progs]
+    for s in range(steps[order[0]]):
+        st.k = sum(1 for i in order if steps[i] > s)  # rows still training form a prefix
+        pos = [next(its[r], None) for r in range(st.k)]
+        if any(p is None for p in pos):
+            raise RuntimeError(f"a client ran out of batches before its predicted {steps[order[0]]} steps")
+        host = [progs[r].inputs(pos[r]) if progs[r].inputs is not None else None for r in range(st.k)]
         _step(st, first, net, pos, host)
-    return [out[i] for i in range(len(programs))]
+    for r, it in enumerate(its):
+        if next(it, None) is not None:
+            raise RuntimeError(f"client {progs[r].data.cid} has more batches than its predicted {steps[order[r]]}")
+    out: list[Any] = [None] * len(programs)
+    for r, i in enumerate(order):
+        out[i] = st.take(r, steps[i])
+    return out
 
 
-def _step(st: _Stack, first: LocalProgram, net: StackedNet, pos, host) -> None:
+def _step(st: _Stack, first: LocalProgram, net: StackedNet, pos: list[Tensor], host: list[dict | None]) -> None:
     batch, w = _batch(st, first, pos, host)
-    loss, logs = _client_losses(st, first, net, batch, w)
-    leaves = st.leaves()
+    params, leaves = st.step_params()
+    loss, logs = _client_losses(first, net, params, st, batch, w)
     grads = torch.autograd.grad(loss.sum(), leaves, allow_unused=True)
-    st.opt.step(leaves, list(grads))
-    st.loss_sum += loss.detach()
-    st.steps += 1
-    for k, v in logs.items():
-        st.logs[k] = st.logs.get(k, torch.zeros_like(st.loss_sum)) + v.detach()
+    st.opt.step([st.params[n][: st.k] for n in st.trainable], list(grads))
+    k = st.k
+    st.loss_sum[:k] += loss.detach()
+    for name, v in logs.items():
+        st.logs.setdefault(name, torch.zeros_like(st.loss_sum))[:k] += v.detach()
     if first.after_step is not None:
-        st.consts = {**st.consts, **first.after_step({n: t.detach() for n, t in st.params.items()}, st.consts,
-                                                     first.static)}
+        new = first.after_step({n: t[:k] for n, t in st.params.items()}, _rows(st.consts, slice(0, k)), first.static)
+        for name, v in new.items():  # written into rows [0, k): finished rows keep their values
+            _assign(st.consts[name], v)
+
+
+def _assign(dst: Any, src: Any) -> None:
+    if isinstance(dst, dict):
+        for n in dst:
+            _assign(dst[n], src[n])
+    else:
+        dst[: len(src)].copy_(src)
 
 
 def finish_stats(sums: dict[str, Any], spec: OptimSpec) -> dict[str, float]:

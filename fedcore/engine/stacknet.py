@@ -21,7 +21,9 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 Params = dict[str, torch.Tensor]
-# An activation and its layout: "kb" = (K, B, ...), "bk" = (B, K * C, H, W) (clients along channels)
+# An activation and its layout: "kb" = (K, B, ...); "bk" = (B, K * C, H, W) (clients along
+# channels, for convolutions); "kf" = (K, F, B) (features first, for Linear chains: the weight
+# gradient of W @ x comes out contiguous, the one of x @ W^T as a strided transpose)
 Act = tuple[torch.Tensor, str]
 Layer = Callable[[Params, Act, int], Act]
 
@@ -30,6 +32,8 @@ def _kb(a: Act, k: int) -> torch.Tensor:
     t, layout = a
     if layout == "kb":
         return t
+    if layout == "kf":
+        return t.transpose(1, 2)
     b = t.shape[0]
     return t.view(b, k, t.shape[1] // k, *t.shape[2:]).transpose(0, 1)
 
@@ -38,16 +42,21 @@ def _bk(a: Act, k: int) -> torch.Tensor:
     t, layout = a
     if layout == "bk":
         return t
+    t = _kb(a, k)
     return t.transpose(0, 1).reshape(t.shape[1], k * t.shape[2], *t.shape[3:])
+
+
+def _kf(a: Act, k: int) -> torch.Tensor:
+    t, layout = a
+    return t if layout == "kf" else _kb(a, k).transpose(1, 2)
 
 
 def _linear(m: nn.Linear, name: str) -> Layer:
     def f(p: Params, a: Act, k: int) -> Act:
-        x = _kb(a, k)
-        w = p[name + "weight"].transpose(1, 2)
+        w = p[name + "weight"]
         if m.bias is None:
-            return torch.bmm(x, w), "kb"
-        return torch.baddbmm(p[name + "bias"].unsqueeze(1), x, w), "kb"
+            return torch.bmm(w, _kf(a, k)), "kf"
+        return torch.baddbmm(p[name + "bias"].unsqueeze(2), w, _kf(a, k)), "kf"
 
     return f
 
@@ -82,7 +91,7 @@ def _spatial(fn: Callable[[torch.Tensor], torch.Tensor]) -> Layer:
 def _flatten(m: nn.Flatten) -> Layer | None:
     if m.start_dim != 1 or m.end_dim != -1:
         return None
-    return lambda p, a, k: (_kb(a, k).flatten(2), "kb")
+    return lambda p, a, k: (a if a[1] == "kf" else (_kb(a, k).flatten(2), "kb"))
 
 
 def _elementwise(m: nn.Module) -> Layer:

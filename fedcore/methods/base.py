@@ -192,7 +192,8 @@ class StagedMethod:
 
     # -- batched local training (fedcore.engine.batched) -----------------------------------------
     def batched_support(self) -> str | None:
-        """None when this method's local step can train batched, else the reason it cannot."""
+        """None when this method's local step can train batched, else the reason it cannot
+        (its hooks, then its model once built)."""
         cls = type(self)
         for seq, fn in _BATCHED_TWINS:
             if _owner(cls, seq) is not _owner(cls, fn) and issubclass(_owner(cls, seq), _owner(cls, fn)):
@@ -200,18 +201,22 @@ class StagedMethod:
         for own in ("local_optimizer", "client_update"):
             if _owner(cls, own) is not StagedMethod:
                 return f"it overrides {own}()"
-        return model_support(self.model)
+        return model_support(self.model) if self.model is not None else None
 
     def local_program(self, task: ClientTask) -> LocalProgram | None:
         """The client's local run for the batched executor (the same steps as client_update)."""
         extras = self.start_local(task)
+        if getattr(self, "_stack_keys", None) is None:  # the model's entries never change after init
+            self._stack_keys = (list(self.model.state_dict()),
+                                tuple(n for n, p in self.model.named_parameters() if p.requires_grad))
+        keys, trainable = self._stack_keys
         return LocalProgram(
-            data=task.data, gen=task.gen, spec=self.optim_spec(task),
-            params={k: task.params[k] for k in self.model.state_dict()},
-            trainable=tuple(n for n, p in self.model.named_parameters() if p.requires_grad),
+            data=task.data, gen=task.gen, spec=self.optim_spec(task), params={k: task.params[k] for k in keys},
+            trainable=trainable,
             model=self.model, loss=self.batched_loss, regularizer=self.batched_regularizer,
             after_step=self.batched_after_step(task, extras),
-            finish=lambda params, stats, consts: self.finish_local(task, extras, params, stats),
+            finish=lambda params, stats, consts: self.finish_local(task, {**extras, "batched_consts": consts},
+                                                                   params, stats),
             samples={"y": extras["labels"], **self.batched_samples(task, extras)},
             consts=self.batched_consts(task, extras), static=self.batched_static(task, extras),
             inputs=self.batched_inputs(task, extras),
@@ -229,7 +234,8 @@ class StagedMethod:
     def batched_after_step(self, task: ClientTask, extras: dict[str, Any]):
         """Twin of `after_step`: a function (params, consts, static) -> updated consts on the
         stacked (K, ...) tensors, or None. Share one function across clients (a bound method): the
-        engine only stacks clients whose hooks are the same object; per-client values go in consts."""
+        engine only stacks clients whose hooks are the same object; per-client values go in consts.
+        The client's final consts reach `after_local` as extras["batched_consts"]."""
         return None
 
     def batched_samples(self, task: ClientTask, extras: dict[str, Any]) -> dict[str, torch.Tensor]:

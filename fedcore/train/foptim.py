@@ -5,8 +5,11 @@ the single-tensor updates of torch.optim.SGD and torch.optim.Adam op for op (the
 which they apply weight decay, momentum and the bias corrections), so a client's row ends
 where its own optimizer would have taken it; the row-wise maths is the same, so the rows
 never interact. As in torch.optim, a tensor whose gradient is None is skipped and keeps no
-state until it first gets one. `select(rows)` keeps only some rows (clients that finished
-their local steps leave the stack; see `fedcore.engine.stacked`).
+state until it first gets one.
+
+The stack may shrink between steps (clients that have taken all their local steps drop off
+its end; see `fedcore.engine.stacked`): a step updates the first rows its params have and
+leaves the state of the rows beyond untouched.
 """
 
 from __future__ import annotations
@@ -39,20 +42,16 @@ class StackedSGD:
         if self.weight_decay != 0:
             torch._foreach_add_(gs, ps, alpha=self.weight_decay)  # grad + wd * param
         if self.momentum != 0:
-            old = [i for i in idx if i in self.buf]
+            old = [j for j, i in enumerate(idx) if i in self.buf]
             if old:
-                bufs = [self.buf[i] for i in old]
+                bufs = [self.buf[idx[j]][: len(ps[j])] for j in old]
                 torch._foreach_mul_(bufs, self.momentum)
-                torch._foreach_add_(bufs, [gs[idx.index(i)] for i in old])
+                torch._foreach_add_(bufs, [gs[j] for j in old])
             for i, g in zip(idx, gs, strict=True):
                 if i not in self.buf:  # first gradient: the buffer is the gradient itself
                     self.buf[i] = g.detach().clone()
-            gs = [self.buf[i] for i in idx]
+            gs = [self.buf[i][: len(p)] for i, p in zip(idx, ps, strict=True)]
         torch._foreach_add_(ps, gs, alpha=-self.lr)
-
-    def select(self, rows: Tensor) -> None:
-        """Keep only `rows`."""
-        self.buf = {i: b.index_select(0, rows) for i, b in self.buf.items()}
 
 
 class StackedAdam:
@@ -65,8 +64,8 @@ class StackedAdam:
 
     @torch.no_grad()
     def step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
-        """One update; consumes `grads`. Every row of a tensor has taken the same number of
-        steps (rows leave the stack rather than pause), so one count per tensor serves all."""
+        """One update; consumes `grads`. Every row still in the stack has taken the same number
+        of steps (rows leave rather than pause), so one count per tensor serves them all."""
         beta1, beta2 = self.betas
         for i, p in enumerate(params):
             d = grads[i]
@@ -75,7 +74,7 @@ class StackedAdam:
             if i not in self.state:
                 self.state[i] = {"step": 0, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
             st = self.state[i]
-            m, v = st["exp_avg"], st["exp_avg_sq"]
+            m, v = st["exp_avg"][: len(p)], st["exp_avg_sq"][: len(p)]
             st["step"] += 1
             if self.weight_decay != 0:
                 d.add_(p, alpha=self.weight_decay)
@@ -85,11 +84,6 @@ class StackedAdam:
             step_size = self.lr / (1 - beta1**step)
             denom = (v.sqrt() / (1 - beta2**step) ** 0.5).add_(self.eps)
             p.addcdiv_(m, denom, value=-step_size)
-
-    def select(self, rows: Tensor) -> None:
-        for st in self.state.values():
-            st["exp_avg"] = st["exp_avg"].index_select(0, rows)
-            st["exp_avg_sq"] = st["exp_avg_sq"].index_select(0, rows)
 
 
 def make_stacked_optimizer(kind: str, lr: float, momentum: float, weight_decay: float) -> StackedSGD | StackedAdam:
