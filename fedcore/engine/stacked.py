@@ -72,9 +72,17 @@ class _Stack:
         self.names = list(first.params)
         self.trainable = [n for n in self.names if n in set(first.trainable)]
         self.k = len(programs)
-        self.params = {n: torch.stack([p.params[n].detach() for p in programs]) for n in self.names}
-        # The round's starting point (a proximal anchor, a KD teacher); only trained tensors change.
-        self.start = {n: self.params[n].clone() if n in self.trainable else self.params[n] for n in self.names}
+        self.params, self.start = {}, {}
+        for n in self.names:
+            first_t = first.params[n].detach()
+            if all(p.params[n] is first.params[n] for p in programs):  # the global model, as usual
+                # One copy to train; the round's starting point (a proximal anchor, a KD teacher)
+                # is the shared tensor itself, seen K times.
+                self.start[n] = first_t.unsqueeze(0).expand(self.k, *first_t.shape)
+                self.params[n] = self.start[n].clone()
+            else:  # e.g. personal parameters differ per client
+                self.params[n] = torch.stack([p.params[n].detach() for p in programs])
+                self.start[n] = self.params[n].clone() if n in self.trainable else self.params[n]
         self.consts = _tree([p.consts for p in programs], torch.stack) if first.consts else {}
         sizes = torch.tensor([p.data.n for p in programs], device=self.dev)
         self.offsets = torch.cumsum(sizes, 0) - sizes

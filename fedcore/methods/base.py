@@ -55,6 +55,10 @@ _BATCHED_TWINS = (("loss", "batched_loss"), ("regularizer", "batched_regularizer
                   ("after_step", "batched_after_step"), ("make_x", "batched_inputs"))
 
 
+# Hooks that run before local training and may read self.model (with the task's params loaded).
+_READ_MODEL = ("prepare_local", "targets", "before_local")
+
+
 def _owner(cls: type, name: str) -> type:
     """The class in cls's MRO that defines attribute `name`."""
     return next(c for c in cls.__mro__ if name in c.__dict__)
@@ -107,10 +111,14 @@ class StagedMethod:
         )
         return self.finish_local(task, extras, None, stats)
 
-    def start_local(self, task: ClientTask) -> dict[str, Any]:
-        """Everything before the optimizer loop, shared by the sequential and batched paths."""
+    def start_local(self, task: ClientTask, load: bool = True) -> dict[str, Any]:
+        """Everything before the optimizer loop, shared by the sequential and batched paths.
+
+        load=False skips putting task.params into self.model (the batched path, when no hook
+        that runs here can read the model)."""
         pre = self.prepare_local(task)
-        load_params_(self.model, task.params)
+        if load:
+            load_params_(self.model, task.params)
         labels = self.targets(task)
         extras = self.before_local(task)
         metrics = {**pre.get("metrics", {}), **extras.get("metrics", {})}
@@ -119,7 +127,7 @@ class StagedMethod:
     def finish_local(self, task: ClientTask, extras: dict[str, Any], params: Params | None,
                      stats: dict[str, float]) -> ClientUpdate:
         """The ClientUpdate after training; params None = they are in self.model (sequential path)."""
-        if params is not None:
+        if params is not None and _owner(type(self), "after_local") is not StagedMethod:
             load_params_(self.model, params)  # after_local may read the trained model
         uploads, new_state = self.after_local(task, extras)
         return ClientUpdate(
@@ -205,7 +213,8 @@ class StagedMethod:
 
     def local_program(self, task: ClientTask) -> LocalProgram | None:
         """The client's local run for the batched executor (the same steps as client_update)."""
-        extras = self.start_local(task)
+        cls = type(self)
+        extras = self.start_local(task, load=any(_owner(cls, h) is not StagedMethod for h in _READ_MODEL))
         if getattr(self, "_stack_keys", None) is None:  # the model's entries never change after init
             self._stack_keys = (list(self.model.state_dict()),
                                 tuple(n for n, p in self.model.named_parameters() if p.requires_grad))

@@ -35,7 +35,7 @@ class StackedSGD:
 
     @torch.no_grad()
     def step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
-        """One update; consumes `grads` (they are overwritten)."""
+        """One update; consumes `grads` (they are overwritten, or kept as momentum buffers)."""
         idx, ps, gs = _present(params, grads)
         if not idx:
             return
@@ -48,8 +48,8 @@ class StackedSGD:
                 torch._foreach_mul_(bufs, self.momentum)
                 torch._foreach_add_(bufs, [gs[j] for j in old])
             for i, g in zip(idx, gs, strict=True):
-                if i not in self.buf:  # first gradient: the buffer is the gradient itself
-                    self.buf[i] = g.detach().clone()
+                if i not in self.buf:  # first gradient: the buffer is the gradient (ours to keep)
+                    self.buf[i] = g.detach()
             gs = [self.buf[i][: len(p)] for i, p in zip(idx, ps, strict=True)]
         torch._foreach_add_(ps, gs, alpha=-self.lr)
 

@@ -16,12 +16,15 @@ from fedcore.engine.stacked import _positions, num_steps, train_stacked
 from fedcore.engine.stacknet import StackedNet
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
 from fedcore.errors import ConfigError
-from fedcore.methods.registry import build_method
+from fedcore.methods.base import StagedMethod
+from fedcore.methods.registry import MethodParams, build_method
 from fedcore.models import build_model
 from fedcore.run import run_experiment
 from fedcore.train import losses
+from fedcore.train.ema import ema_update_
 from fedcore.train.local import OptimSpec
 from tests.engine.helpers import tiny_context
+from tests.engine.test_run import Crash, model_equal
 
 
 def make_fed(sizes, shape=(1, 4, 4), classes=3, seed=0) -> FederatedDataset:
@@ -159,3 +162,82 @@ def test_run_records_the_executor(tmp_path, capsys):
         run_experiment(cfg, tmp_path / method)
         assert json.loads((tmp_path / method / "metrics.json").read_text())["executor"] == want
         assert f"executor {want} (train.executor=auto" in capsys.readouterr().err
+
+
+class EmaDistill(StagedMethod):
+    """A FedGR-shaped local step: CE + KL to teacher logits computed once per round, an EMA of the
+    parameters updated after every step, and a logged loss term (the shape FedGR's main phase has)."""
+
+    name = "ema_distill"
+
+    def before_local(self, task):
+        with torch.no_grad():
+            teacher = self.model(task.data.x())  # logits of the round's start model on every sample
+        ema = {n: task.params[n].clone() for n, _ in self.model.named_parameters()}
+        return {"teacher": teacher, "ema": ema, "sums": {"kd": 0.0, "steps": 0}}
+
+    def loss(self, model, batch, task, extras):
+        logits = model(batch.x)
+        kd = losses.kd_kl(logits, extras["teacher"][batch.pos], T=2.0)
+        extras["sums"]["kd"] += kd.detach()
+        extras["sums"]["steps"] += 1
+        return losses.ce(logits, batch.y) + 0.5 * kd
+
+    def after_step(self, task, extras):
+        return lambda model: ema_update_(extras["ema"], dict(model.named_parameters()), 0.9)
+
+    def after_local(self, task, extras):
+        ema = extras["batched_consts"]["ema"] if "batched_consts" in extras else extras["ema"]
+        if "batched_consts" not in extras:  # the batched path reports the logged term itself
+            extras["metrics"] = {"toy/kd": float(extras["sums"]["kd"]) / max(extras["sums"]["steps"], 1)}
+        return {"ema": {k: v.clone() for k, v in ema.items()}}, None
+
+    # batched twins
+    def batched_samples(self, task, extras):
+        return {"teacher": extras["teacher"]}
+
+    def batched_consts(self, task, extras):
+        return {"ema": extras["ema"]}
+
+    def batched_loss(self, step):
+        logits = step.flat(step.net(step.params, step.batch["x"]))
+        kd = losses.kd_kl(logits, step.flat(step.batch["teacher"]), T=2.0, reduction="none")
+        return losses.ce(logits, step.flat(step.batch["y"]), reduction="none") + 0.5 * kd, {"toy/kd": kd}
+
+    def batched_after_step(self, task, extras):
+        return self._ema_step
+
+    def _ema_step(self, params, consts, static):
+        return {"ema": {n: torch.lerp(e, params[n], 0.1) for n, e in consts["ema"].items()}}
+
+
+@pytest.mark.parametrize("train", [{}, {"optimizer": "adam", "lr": 3e-3}])
+def test_a_per_step_ema_teacher_logits_and_logged_terms_match(train):
+    cfg, fed = cfg_for(**train), make_fed(SIZES)
+    assert EmaDistill(cfg, MethodParams()).batched_support() is None
+    runs = []
+    for ex in (SequentialExecutor(), BatchedExecutor()):
+        method = EmaDistill(cfg, MethodParams())
+        ctx = tiny_context(fed, cfg)
+        state = method.init(ctx)
+        loop = RoundLoop(method, ctx, ClientSampler(fed.num_clients, 1.0, 0), ClientStateStore(fed.num_clients))
+        runs.append(ex.run_clients(method, loop._tasks(state, list(range(fed.num_clients)), {})))
+    assert_same_updates(runs[1], runs[0])
+    for us, ub in zip(*runs, strict=True):
+        assert "toy/kd" in ub.metrics
+        for k, v in us.uploads["ema"].items():
+            torch.testing.assert_close(ub.uploads["ema"][k], v, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fednoro"])
+def test_an_interrupted_batched_run_resumes_bit_identically(tmp_path, method):
+    extra = ["method.params.warmup_rounds=1"] if method == "fednoro" else []
+    fast = ["train.device=cpu", "train.rounds=4", "train.local_epochs=1", "partition.num_clients=6",
+            "train.client_fraction=0.5", "train.augment=weak", "train.checkpoint_every=2", "train.executor=batched"]
+    cfg = load_config("configs/quickstart.yaml", [*fast, f"method.name={method}", *extra])
+    full = run_experiment(cfg, tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, tmp_path / "cut", callbacks=[Crash(at=3)])
+    resumed = run_experiment(cfg, tmp_path / "cut", resume=tmp_path / "cut")
+    assert resumed.history == full.history
+    assert model_equal(tmp_path / "cut", tmp_path / "full")
