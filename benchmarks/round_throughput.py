@@ -179,6 +179,19 @@ def warm_up(args) -> None:
         measure(args, model, 4, "digits", 1, 1)
 
 
+def profile(args) -> None:
+    """Where the batched executor's time goes: torch.profiler's top operators for one setting."""
+    from torch.profiler import profile as torch_profile
+
+    cfg = config(args, args.model, args.clients, args.data, args.epochs, args.rounds)
+    fed, device = build(cfg), resolve_device(args.device)
+    engine_run(cfg, fed, device, "batched")  # warm
+    with torch_profile() as prof:
+        _, t, _, _ = engine_run(cfg, fed, device, "batched")
+    print(f"# batched {args.model}, {args.clients} clients, {args.data}: {t:.2f} s under the profiler")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile))
+
+
 def report(rows: list[dict], args) -> bool:
     print(f"# {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s), device {args.device}, cohort_chunk {args.chunk}")
@@ -223,8 +236,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 keeps timings comparable)")
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--suite", action="store_true", help="the docs/performance.md table: mlp/cnn x 20/100/1000")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="print the batched run's top N operators")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.profile:
+        return profile(args)
     warm_up(args)
     settings = SUITE if args.suite else [(args.model, args.clients, args.data, args.epochs, args.rounds)]
     rows = []

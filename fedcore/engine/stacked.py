@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from fedcore.engine.batched import LocalProgram, StackedStep
 from fedcore.engine.stacknet import StackedNet
@@ -124,10 +123,10 @@ def _client_losses(first: LocalProgram, net: StackedNet, params: Params, st: _St
 
 
 def _pad(rows: list[Tensor]) -> Tensor:
-    """Rows of per-sample values (b_i, ...) -> (k, max b_i, ...), zero-padded (most steps need no padding)."""
-    if all(len(r) == len(rows[0]) for r in rows):
-        return torch.stack(rows)
-    return pad_sequence(rows, batch_first=True)
+    """Rows of per-sample values (b_i, ...) -> (k, max b_i, ...), zero-padded. (Only the few short
+    rows get a copy; torch's pad_sequence copies every row and costs several times more.)"""
+    b = max(len(r) for r in rows)
+    return torch.stack([r if len(r) == b else torch.cat([r, r.new_zeros((b - len(r), *r.shape[1:]))]) for r in rows])
 
 
 def _batch(st: _Stack, first: LocalProgram, pos: list[Tensor], host: list[dict | None]) -> tuple[dict, Tensor]:

@@ -230,7 +230,7 @@ class FedCorr(StagedMethod):
             state.pop("loss_level", None)  # new losses: the next visit refits
         return uploads, state
 
-    # -- batched twins: mixup's draws happen on the host, per client, in `loss`'s order -------------
+    # -- batched twins: mixup draws on the host, per client, in `loss`'s order (lam, 1 - lam as its floats)
     def batched_static(self, task, extras) -> dict[str, Any]:
         return {"mixup": self.params.mixup_alpha > 0 and task.data.n >= 2, "prox": bool(extras["prox"])}
 
@@ -247,7 +247,6 @@ class FedCorr(StagedMethod):
             lam = float(task.rng.beta(a, a))
             perm = torch.randperm(len(y), generator=task.gen).to(y.device)
             x, y_b = losses.mixup_inputs(x, y, lam, perm)
-            # lam and 1 - lam as the float32 values the sequential loss multiplies by
             return {"x": x, "y_b": y_b, "lam": torch.full((len(y),), lam, device=y.device),
                     "lam_b": torch.full((len(y),), 1.0 - lam, device=y.device)}
 

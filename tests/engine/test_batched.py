@@ -88,6 +88,16 @@ def test_clients_of_unequal_size_match_the_sequential_executor(train):
     assert_same_updates(bat, seq)
 
 
+def test_the_vmap_model_path_matches_too(monkeypatch):
+    """Models the grouped layers cannot express run through torch.func.vmap; same updates."""
+    import fedcore.engine.stacked as stacked
+
+    monkeypatch.setattr(stacked, "StackedNet", lambda model: StackedNet(model, grouped=False))
+    cfg = ExperimentConfig.model_validate({**cfg_for().model_dump(), "model": {"name": "cnn", "width": 8}})
+    fed = make_fed(SIZES)
+    assert_same_updates(round_updates(cfg, fed, BatchedExecutor()), round_updates(cfg, fed, SequentialExecutor()))
+
+
 @pytest.mark.parametrize("chunk", [1, 2, 4])
 def test_chunking_gives_the_result_of_one_chunk(chunk):
     cfg, fed = cfg_for(), make_fed(SIZES)
