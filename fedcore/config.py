@@ -126,9 +126,10 @@ class TrainConfig(Strict):
         "auto", description="how a round's clients train: batched = stacked in one computation (the method must "
         "support it), sequential = one after another, auto = batched wherever the method supports it"
     )
-    cohort_chunk: int = Field(
-        64, ge=1, description="batched executor: clients trained together at most; bounds memory to "
-        "O(chunk x model + data)"
+    cohort_chunk: int | None = Field(
+        None, ge=1, description="batched executor: clients trained together at most; bounds memory to "
+        "O(chunk x model + data). Default: as many as fit 1 GiB of stacked weights, gradients and "
+        "optimizer state, at most 64"
     )
 
 

@@ -130,7 +130,7 @@ def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, e
 
 def executor_label(executor: Any, cfg: ExperimentConfig) -> str:
     """e.g. 'batched (train.executor=auto, cohort_chunk=64)'."""
-    chunk = f", cohort_chunk={cfg.train.cohort_chunk}" if executor.name == "batched" else ""
+    chunk = f", cohort_chunk={cfg.train.cohort_chunk or 'auto'}" if executor.name == "batched" else ""
     return f"{executor.name} (train.executor={cfg.train.executor}{chunk})"
 
 

@@ -138,20 +138,34 @@ def batched_reason(method: Any) -> str | None:
     return support()
 
 
+STACK_BUDGET = 1 << 30  # bytes of stacked training state a default chunk may hold
+MAX_CHUNK = 64
+
+
+def auto_chunk(params: Params, budget: int = STACK_BUDGET) -> int:
+    """Clients per stack when train.cohort_chunk is unset: each row holds about five copies of
+    the weights (weights, gradients, two optimizer moments, a start copy), at most MAX_CHUNK."""
+    per_client = 5 * sum(t.numel() * t.element_size() for t in params.values())
+    return max(1, min(MAX_CHUNK, budget // max(per_client, 1)))
+
+
 class BatchedExecutor(SequentialExecutor):
-    """Trains a round's clients in stacks of at most `chunk`; probes stay sequential."""
+    """Trains a round's clients in stacks of at most `chunk` (None: `auto_chunk`); probes stay
+    sequential. A round or chunk setting that leaves one client per stack trains on the
+    sequential path: there is nothing to stack, and it computes the same update."""
 
     name = "batched"
 
-    def __init__(self, chunk: int = 64) -> None:
-        if chunk < 1:
+    def __init__(self, chunk: int | None = None) -> None:
+        if chunk is not None and chunk < 1:
             raise ValueError("cohort chunk must be >= 1")
         self.chunk = chunk
 
     def run_clients(self, method: Any, tasks: Sequence[ClientTask]) -> list[ClientUpdate]:
         from fedcore.engine.stacked import finish_stats, train_stacked
 
-        if len(tasks) < 2:  # nothing to stack; the sequential loop computes the same update
+        chunk = self.chunk or (auto_chunk(tasks[0].params) if tasks else 1)
+        if len(tasks) < 2 or chunk < 2:
             return super().run_clients(method, tasks)
         programs = [method.local_program(t) for t in tasks]
         out: list[ClientUpdate | None] = [None] * len(tasks)
@@ -162,14 +176,14 @@ class BatchedExecutor(SequentialExecutor):
             else:
                 groups.setdefault(signature(p), []).append(i)
         for idx in groups.values():
-            for s in range(0, len(idx), self.chunk):
-                chunk = idx[s:s + self.chunk]
-                for i, (params, sums, consts) in zip(chunk, train_stacked([programs[i] for i in chunk]), strict=True):
+            for s in range(0, len(idx), chunk):
+                part = idx[s:s + chunk]
+                for i, (params, sums, consts) in zip(part, train_stacked([programs[i] for i in part]), strict=True):
                     out[i] = programs[i].finish(params, finish_stats(sums, programs[i].spec), consts)
         return out  # type: ignore[return-value]
 
 
-def make_executor(choice: str, method: Any, chunk: int) -> SequentialExecutor:
+def make_executor(choice: str, method: Any, chunk: int | None = None) -> SequentialExecutor:
     """The executor `train.executor` asks for; 'auto' = batched wherever the method supports it."""
     if choice not in EXECUTORS:
         raise ConfigError(f"train.executor must be one of {', '.join(EXECUTORS)}, got '{choice}'")

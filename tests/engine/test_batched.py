@@ -8,7 +8,7 @@ import torch
 
 from fedcore.config import ExperimentConfig, ModelConfig, load_config
 from fedcore.data.federated import FederatedDataset, GroundTruth
-from fedcore.engine.batched import BatchedExecutor, LocalProgram, make_executor
+from fedcore.engine.batched import BatchedExecutor, LocalProgram, auto_chunk, make_executor
 from fedcore.engine.executor import SequentialExecutor
 from fedcore.engine.loop import RoundLoop
 from fedcore.engine.sampler import ClientSampler
@@ -98,11 +98,22 @@ def test_the_vmap_model_path_matches_too(monkeypatch):
     assert_same_updates(round_updates(cfg, fed, BatchedExecutor()), round_updates(cfg, fed, SequentialExecutor()))
 
 
-@pytest.mark.parametrize("chunk", [1, 2, 4])
+@pytest.mark.parametrize("chunk", [2, 4, 5])  # 5: the last stack holds a single client
 def test_chunking_gives_the_result_of_one_chunk(chunk):
     cfg, fed = cfg_for(), make_fed(SIZES)
     assert_same_updates(round_updates(cfg, fed, BatchedExecutor(chunk=chunk)),
                         round_updates(cfg, fed, BatchedExecutor(chunk=64)), atol=1e-6)
+
+
+def test_the_default_chunk_fits_a_memory_budget():
+    small = {"w": torch.zeros(1000)}  # 4 kB of weights
+    assert auto_chunk(small) == 64
+    assert auto_chunk(small, budget=5 * 4000 * 10) == 10
+    assert auto_chunk({"w": torch.zeros(10**6)}, budget=10**6) == 1  # a big model: one client per stack
+    # ... which trains on the sequential path
+    cfg, fed = cfg_for(), make_fed([10, 20])
+    one = BatchedExecutor(chunk=1)
+    assert_same_updates(round_updates(cfg, fed, one), round_updates(cfg, fed, SequentialExecutor()), atol=0)
 
 
 def test_num_steps_replays_the_batch_schedule():
