@@ -128,8 +128,8 @@ class TrainConfig(Strict):
     )
     cohort_chunk: int | None = Field(
         None, ge=1, description="batched executor: clients trained together at most; bounds memory to "
-        "O(chunk x model + data). Default: as many as fit 1 GiB of stacked weights, gradients and "
-        "optimizer state, at most 64"
+        "O(chunk x model + data). Default: at most 64, fewer when 1 GiB of stacked weights, gradients "
+        "and optimizer state or (on the CPU) 64 MiB of a step's activations would not hold them"
     )
 
 

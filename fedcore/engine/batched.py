@@ -148,21 +148,48 @@ def batched_reason(method: Any) -> str | None:
     return support()
 
 
-STACK_BUDGET = 1 << 30  # bytes of stacked training state a default chunk may hold
 MAX_CHUNK = 64
+STATE_BUDGET = 1 << 30  # bytes of stacked weights, gradients and optimizer state in a default chunk
+# Bytes of one step's activations in a default chunk. On the CPU a stack is fastest while its
+# activations stay cache-sized: a 28x28 CNN stack of 64 clients ran at 0.7x the sequential
+# speed, of 8 at 0.97x (docs/performance.md). On CUDA only memory bounds it (not measured).
+ACT_BUDGET = {"cpu": 64 << 20, "cuda": 2 << 30}
 
 
-def auto_chunk(params: Params, budget: int = STACK_BUDGET) -> int:
-    """Clients per stack when train.cohort_chunk is unset: each row holds about five copies of
-    the weights (weights, gradients, two optimizer moments, a start copy), at most MAX_CHUNK."""
-    per_client = 5 * sum(t.numel() * t.element_size() for t in params.values())
-    return max(1, min(MAX_CHUNK, budget // max(per_client, 1)))
+def activation_bytes(model: nn.Module, in_shape: tuple[int, ...], device: torch.device) -> int:
+    """Bytes of the outputs of every leaf module for one sample (what the backward keeps, roughly)."""
+    total = 0
+
+    def hook(module, inputs, output):
+        nonlocal total
+        if isinstance(output, torch.Tensor):
+            total += output.numel() * output.element_size()
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, *in_shape, device=device))
+    finally:
+        for h in handles:
+            h.remove()
+    return total
+
+
+def auto_chunk(p: LocalProgram) -> int:
+    """Clients per stack when train.cohort_chunk is unset: about five copies of the weights per
+    client (weights, gradients, two optimizer moments, a start copy) within STATE_BUDGET, one
+    step's activations within ACT_BUDGET, at most MAX_CHUNK."""
+    state = 5 * sum(t.numel() * t.element_size() for t in p.params.values())
+    store = p.data.store
+    act = p.spec.batch_size * activation_bytes(p.model, store.in_shape, store.device)
+    budget = ACT_BUDGET.get(store.device.type, ACT_BUDGET["cpu"])
+    return max(1, min(MAX_CHUNK, STATE_BUDGET // max(state, 1), budget // max(act, 1)))
 
 
 class BatchedExecutor(SequentialExecutor):
     """Trains a round's clients in stacks of at most `chunk` (None: `auto_chunk`); probes stay
-    sequential. A round or chunk setting that leaves one client per stack trains on the
-    sequential path: there is nothing to stack, and it computes the same update."""
+    sequential. A round of one client trains on the sequential path (nothing to stack)."""
 
     name = "batched"
 
@@ -170,12 +197,20 @@ class BatchedExecutor(SequentialExecutor):
         if chunk is not None and chunk < 1:
             raise ValueError("cohort chunk must be >= 1")
         self.chunk = chunk
+        self._auto: dict[Hashable, int] = {}
+
+    def chunk_for(self, p: LocalProgram) -> int:
+        if self.chunk is not None:
+            return self.chunk
+        key = (id(p.model), p.spec.batch_size, p.data.store.device)
+        if key not in self._auto:
+            self._auto[key] = auto_chunk(p)
+        return self._auto[key]
 
     def run_clients(self, method: Any, tasks: Sequence[ClientTask]) -> list[ClientUpdate]:
         from fedcore.engine.stacked import finish_stats, train_stacked
 
-        chunk = self.chunk or (auto_chunk(tasks[0].params) if tasks else 1)
-        if len(tasks) < 2 or chunk < 2:
+        if len(tasks) < 2:
             return super().run_clients(method, tasks)
         programs = [method.local_program(t) for t in tasks]
         out: list[ClientUpdate | None] = [None] * len(tasks)
@@ -186,6 +221,7 @@ class BatchedExecutor(SequentialExecutor):
             else:
                 groups.setdefault(signature(p), []).append(i)
         for idx in groups.values():
+            chunk = self.chunk_for(programs[idx[0]])
             for s in range(0, len(idx), chunk):
                 part = idx[s:s + chunk]
                 for i, (params, sums, consts) in zip(part, train_stacked([programs[i] for i in part]), strict=True):

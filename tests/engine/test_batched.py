@@ -98,22 +98,29 @@ def test_the_vmap_model_path_matches_too(monkeypatch):
     assert_same_updates(round_updates(cfg, fed, BatchedExecutor()), round_updates(cfg, fed, SequentialExecutor()))
 
 
-@pytest.mark.parametrize("chunk", [2, 4, 5])  # 5: the last stack holds a single client
+@pytest.mark.parametrize("chunk", [1, 2, 4, 5])  # 1 and 5: stacks of a single client
 def test_chunking_gives_the_result_of_one_chunk(chunk):
     cfg, fed = cfg_for(), make_fed(SIZES)
     assert_same_updates(round_updates(cfg, fed, BatchedExecutor(chunk=chunk)),
                         round_updates(cfg, fed, BatchedExecutor(chunk=64)), atol=1e-6)
 
 
-def test_the_default_chunk_fits_a_memory_budget():
-    small = {"w": torch.zeros(1000)}  # 4 kB of weights
-    assert auto_chunk(small) == 64
-    assert auto_chunk(small, budget=5 * 4000 * 10) == 10
-    assert auto_chunk({"w": torch.zeros(10**6)}, budget=10**6) == 1  # a big model: one client per stack
-    # ... which trains on the sequential path
-    cfg, fed = cfg_for(), make_fed([10, 20])
-    one = BatchedExecutor(chunk=1)
-    assert_same_updates(round_updates(cfg, fed, one), round_updates(cfg, fed, SequentialExecutor()), atol=0)
+def test_the_default_chunk_fits_the_memory_budgets(monkeypatch):
+    import fedcore.engine.batched as batched
+
+    store = TensorStore(torch.zeros(4, 1, 8, 8, dtype=torch.uint8), [0.5], [0.25], torch.device("cpu"))
+    data = ClientData(0, store, np.arange(4), torch.zeros(4, dtype=torch.long))
+    model = build_model(ModelConfig(name="mlp", width=16), (1, 8, 8), 3)
+    # one sample: flatten 64 + two hidden layers (linear and ReLU outputs) 4 x 16 + 3 logits, float32
+    assert batched.activation_bytes(model, (1, 8, 8), torch.device("cpu")) == 4 * (64 + 4 * 16 + 3)
+    prog = LocalProgram(data, torch.Generator(), OptimSpec(batch_size=32), dict(model.state_dict()), (), model,
+                        None, None)  # type: ignore[arg-type]
+    assert auto_chunk(prog) == 64
+    monkeypatch.setattr(batched, "ACT_BUDGET", {"cpu": 32 * 4 * 131 * 10})
+    assert auto_chunk(prog) == 10  # ten clients' activations fit
+    weights = 4 * sum(t.numel() for t in model.state_dict().values())
+    monkeypatch.setattr(batched, "STATE_BUDGET", 5 * weights * 3)
+    assert auto_chunk(prog) == 3  # three clients' weights, gradients and optimizer state fit
 
 
 def test_num_steps_replays_the_batch_schedule():
