@@ -7,8 +7,9 @@ generators) and the same init, so they compute the same updates. The script chec
 first, on one round of two local steps per client (batched vs sequential within 1e-5 per
 parameter, sequential vs naive within 1e-4; it stops otherwise), then times the full
 setting and prints steps/s, the ratios to naive, each variant's peak RSS (VmHWM, reset
-before each variant, so it includes the data loaded) and how far the variants' parameters
-drifted apart by the end (float rounding, amplified by the training dynamics).
+before each variant, so it includes the data loaded; `--suite` runs each setting in a fresh
+process) and how far the variants' parameters drifted apart by the end (float rounding,
+amplified by the training dynamics).
 
     python benchmarks/round_throughput.py --model mlp --clients 20          # one setting
     python benchmarks/round_throughput.py --suite --data-root /work/data/fmnist   # docs/performance.md
@@ -21,9 +22,12 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import json
 import os
 import platform
 import re
+import subprocess
+import sys
 import time
 
 import torch
@@ -222,7 +226,7 @@ def report(rows: list[dict], args) -> None:
           f"{torch.get_num_threads()} thread(s), device {args.device}, cohort_chunk {args.chunk or 'auto'}")
     print("| model | clients | data (train images) | epochs x rounds | client-steps | naive steps/s "
           "| sequential steps/s | batched steps/s | seq/naive | batched/naive | batched/seq "
-          "| RSS MiB: before / peak naive / seq / batched | check b-s / s-n | end b-s / s-n |")
+          "| RSS MiB: data loaded / peak naive / seq / batched | check b-s / s-n | end b-s / s-n |")
     print("|" + "---|" * 14)
     for r in rows:
         steps = r["steps"]
@@ -259,17 +263,73 @@ def main() -> None:
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--suite", action="store_true", help="the docs/performance.md table: mlp/cnn x 20/100/1000")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="print the batched run's top N operators")
+    ap.add_argument("--json", action="store_true", help="print the measured row as one JSON line (suite workers)")
+    ap.add_argument("--rss-of", choices=["naive", "sequential", "batched"], default=None,
+                    help="run only this variant and report its peak RSS (suite workers)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.profile:
         return profile(args)
+    if args.rss_of:
+        print("ROW " + json.dumps(rss_of(args)), flush=True)
+        return
+    rows = suite(args) if args.suite else [measure_fresh(args)]
+    if args.json:
+        print("ROW " + json.dumps(rows[0]), flush=True)
+    else:
+        report(rows, args)
+
+
+def measure_fresh(args) -> dict:
     warm_up(args)
-    settings = SUITE if args.suite else [(args.model, args.clients, args.data, args.epochs, args.rounds)]
+    return measure(args, args.model, args.clients, args.data, args.epochs, args.rounds)
+
+
+def rss_of(args) -> dict:
+    """Peak RSS of one variant alone in this process, after a tiny warm-up run and the data load."""
+
+    def run(cfg, fed, device):
+        if args.rss_of == "naive":
+            method = build_method(cfg)
+            state = method.init(make_context(cfg, fed, device))
+            naive_run(cfg, fed, device, state.params, method.model)
+        else:
+            engine_run(cfg, fed, device, args.rss_of)
+
+    device = resolve_device(args.device)
+    tiny = config(args, args.model, 4, "digits", 1, 1)
+    run(tiny, build(tiny), device)  # one-off allocations (kernels, lazy imports) belong to the baseline
+    cfg = config(args, args.model, args.clients, args.data, args.epochs, args.rounds)
+    fed = build(cfg)
+    gc.collect()
+    base = rss_mib("VmRSS")
+    reset_peak_rss()
+    run(cfg, fed, device)
+    return {"base_rss": base, "peak_rss": rss_mib()}
+
+
+def _worker(args, model, clients, data, epochs, rounds, *extra) -> dict:
+    cmd = [sys.executable, __file__, "--json", "--model", model, "--clients", str(clients), "--data", data,
+           "--epochs", str(epochs), "--rounds", str(rounds), "--device", args.device, "--threads", str(args.threads),
+           *extra]
+    for flag, value in (("--data-root", args.data_root), ("--max-train", args.max_train), ("--chunk", args.chunk)):
+        cmd += [flag, str(value)] if value else []
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(next(ln for ln in out.splitlines() if ln.startswith("ROW "))[4:])
+
+
+def suite(args) -> list[dict]:
+    """Each setting in a fresh process (timings and the check), and each variant's RSS in one of its
+    own: freed memory stays in the process, so a variant run after another would inherit its peak."""
     rows = []
-    for s in settings:
-        rows.append(measure(args, *s))
-        print(f"done: {s}", flush=True)
-    report(rows, args)
+    for setting in SUITE:
+        row = _worker(args, *setting, *(["--skip-naive"] if args.skip_naive else []))
+        for variant in ("batched", "sequential") + (() if args.skip_naive else ("naive",)):
+            alone = _worker(args, *setting, "--rss-of", variant)
+            row[f"{variant}_rss"], row["base_rss"] = alone["peak_rss"], alone["base_rss"]
+        rows.append(row)
+        print(f"done: {setting}", flush=True)
+    return rows
 
 
 if __name__ == "__main__":
