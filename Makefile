@@ -16,13 +16,15 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
+	bash scripts/ensure-datasets.sh
 	$(PY) -m fedcore quickstart
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks
+	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks scripts
 
 pytest: $(STAMP)
 	PYTHON=$(PY) bash scripts/ensure-kubectl.sh
+	bash scripts/ensure-datasets.sh
 	$(PY) -m pytest
 
 test: lint pytest

@@ -33,7 +33,6 @@ import time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedcore.config import load_config
 from fedcore.data.build import build
 from fedcore.engine.batched import make_executor
 from fedcore.engine.loop import LoopState, RoundLoop
@@ -42,6 +41,7 @@ from fedcore.engine.stacked import num_steps
 from fedcore.engine.store import ClientStateStore
 from fedcore.methods.registry import build_method
 from fedcore.models import resolve_device
+from fedcore.registries import load_config
 from fedcore.run import make_context
 from fedcore.train.local import OptimSpec
 

@@ -3,7 +3,7 @@
 Each one parses its inputs, calls one fedcore function and writes its outputs. Imports
 sit inside the bodies because kfp ships only the function's source to the container
 (the project image, which has fedcore installed). `base_image` is the project image
-(`FEDCORE_IMAGE` or `fedcore.env.DEFAULT_IMAGE`); pipelines may override it per task.
+(`FEDCORE_IMAGE` or `fedcore.deploy.env.DEFAULT_IMAGE`); pipelines may override it per task.
 """
 
 from components.data import latest_snapshot, prepare_data

@@ -6,7 +6,7 @@ import functools
 
 from kfp import dsl
 
-from fedcore.env import image
+from fedcore.deploy.env import image
 
 # install_kfp_package=False: the project image already has the pinned kfp, and tasks must
 # not reach PyPI (air-gapped clusters, reproducible images).

@@ -1,8 +1,12 @@
-"""Experiment configuration: pydantic v2 models, YAML loading, dotted overrides, hashing.
+"""Experiment configuration: pydantic v2 models, YAML parsing, dotted overrides, hashing.
 
 One `ExperimentConfig` describes a whole experiment: dataset, client partition,
 label-noise scene, model, training budget, method and tracking. Unknown keys are
 rejected everywhere so a typo never silently falls back to a default.
+
+This module is the schema alone and imports nothing else of fedcore but its errors. Whether
+a name (data.name, model.name, method.name) exists is the registries' business:
+`fedcore.registries.load_config` parses here, then runs their one `validate(cfg)` step.
 """
 
 from __future__ import annotations
@@ -130,6 +134,10 @@ class TrainConfig(Strict):
         None, ge=1, description="batched executor: clients trained together at most; bounds memory to "
         "O(chunk x model + data). Default: at most 64, fewer when 1 GiB of stacked weights, gradients "
         "and optimizer state or (on the CPU) 64 MiB of a step's activations would not hold them"
+    )
+    local_memorization: bool = Field(
+        False, description="also score each trained client's local model on its own noisy samples every round "
+        "(train/local_memorization; one forward pass over them)"
     )
 
 
@@ -266,21 +274,25 @@ def _normalize_aliases(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
+def parse_config_dict(data: dict[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:
+    """A config from a dict plus dotted overrides, checked against the schema only.
+
+    Names (data.name, model.name, method.name and its params) are checked by
+    `fedcore.registries.validate`; `fedcore.registries.config_from_dict` does both.
+    """
     data = _normalize_aliases(json.loads(json.dumps(data or {})))
     data = _normalize_aliases(apply_overrides(data, overrides))
     try:
-        cfg = ExperimentConfig.model_validate(data)
+        return ExperimentConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_error(err)) from None
-    from fedcore.methods.registry import validate_method_config
-
-    validate_method_config(cfg)
-    return cfg
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Load a YAML config file, apply dotted overrides, validate everything."""
+def parse_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML config file and apply dotted overrides, checked against the schema only.
+
+    `fedcore.registries.load_config` also checks the names against the registries.
+    """
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file '{p}' not found; pass a YAML file such as configs/quickstart.yaml")
@@ -292,21 +304,5 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
         raise ConfigError(f"config file '{p}' is not valid YAML{where}; fix the syntax") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file '{p}' must hold a mapping of sections (data, partition, noise, ...)")
-    return config_from_dict(data, overrides)
+    return parse_config_dict(data, overrides)
 
-
-def check_names(cfg: ExperimentConfig) -> ExperimentConfig:
-    """Refuse a data.name or model.name no loader or builder is registered for.
-
-    Not part of validation because the registries import torchvision (seconds per config
-    load, in every pipeline task); the commands that ship a config elsewhere (pipeline
-    compile/submit/schedule, config show) call it, so a typo fails here, not on the cluster.
-    """
-    from fedcore.data.datasets import available_datasets
-    from fedcore.models.base import available_models
-
-    for key, name, known in (("data.name", cfg.data.name, available_datasets()),
-                             ("model.name", cfg.model.name, available_models())):
-        if name not in known:
-            raise ConfigError(f"unknown {key} '{name}'; choose one of: {', '.join(known)}")
-    return cfg

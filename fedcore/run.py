@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import FederatedDataset, build_federated_dataset
+from fedcore.data.build import build_federated_dataset
+from fedcore.data.federated import FederatedDataset
 from fedcore.engine.batched import make_executor
 from fedcore.engine.callbacks import Callback
 from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
@@ -29,10 +30,10 @@ from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
 from fedcore.engine.types import RunContext, ServerState
 from fedcore.errors import ConfigError
-from fedcore.fileio import atomic_write_bytes
+from fedcore.io import atomic_write_bytes
 from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import summarize_history
-from fedcore.metrics.scoring import Evaluator, Scorer
+from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
 from fedcore.models import resolve_device
 
 
@@ -118,10 +119,12 @@ def run_experiment(
 
 
 def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out, executor):
+    local = cfg.train.local_memorization and fed.task == "single"
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
         clients_state, cbs, evaluator=evaluator, scorer=Scorer(fed), eval_every=cfg.train.eval_every,
         checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every, executor=executor,
+        client_scorer=LocalMemorization(fed, ctx.device, ctx.store) if local else None,
     )
     state = loop.run(state, loop_state, only=stages)
     return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras,
@@ -172,7 +175,7 @@ def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, metho
     atomic_write_bytes(out / "config.yaml", cfg.to_yaml().encode())
     if "confusion" in evaluator.last:
         atomic_write_bytes(out / "confusion.json", json.dumps(evaluator.last["confusion"].tolist()).encode())
-    from fedcore.data.report import scene_report
+    from fedcore.data.federated import scene_report
 
     atomic_write_bytes(out / "scene.json", json.dumps(scene_report(fed), indent=2).encode())
     if extras:

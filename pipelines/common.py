@@ -12,7 +12,7 @@ from typing import Any
 from kfp import dsl, kubernetes
 
 from components import evaluate, run_stage
-from fedcore.env import CLIENT_POD_LABEL, DATASET_CACHE_MOUNT
+from fedcore.deploy.env import CLIENT_POD_LABEL, DATASET_CACHE_MOUNT
 from fedcore.pipeline.resources import CONFIG_MAP_KEYS, SECRET_KEYS, PipelineResources
 
 

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import yaml
 
 from fedcore.errors import ArtifactError, UserError
-from fedcore.fileio import publish
+from fedcore.io import publish
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TASK_DONE = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")

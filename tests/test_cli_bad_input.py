@@ -108,9 +108,9 @@ def test_unknown_dataset_or_model_fails_before_a_config_is_shipped(tmp_path, cap
 
 
 def test_a_sweep_setting_with_an_unknown_dataset_is_refused_at_plan_time():
-    from fedcore.config import load_config
     from fedcore.errors import ConfigError
     from fedcore.pipeline.plan import SweepSpec, plan_sweep
+    from fedcore.registries import load_config
 
     spec = SweepSpec(methods=["fedavg"], seeds=[0], settings={"bad": ["data.name=cifar11"]})
     with pytest.raises(ConfigError, match="unknown data.name 'cifar11'"):

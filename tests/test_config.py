@@ -7,8 +7,9 @@ import yaml
 from typer.testing import CliRunner
 
 from fedcore.cli import app
-from fedcore.config import ExperimentConfig, apply_overrides, config_from_dict, load_config
+from fedcore.config import ExperimentConfig, apply_overrides
 from fedcore.errors import ConfigError
+from fedcore.registries import config_from_dict, load_config
 
 runner = CliRunner()
 

@@ -1,6 +1,6 @@
 """Piped CLI output keeps wide tables; an explicit COLUMNS still decides."""
 
-from fedcore.console import PIPED_WIDTH, make_console
+from fedcore.cli.console import PIPED_WIDTH, make_console
 
 
 def test_piped_console_is_wide(monkeypatch):

@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 from mlflow import MlflowClient
 
-from fedcore import storage
-from fedcore.config import config_from_dict
 from fedcore.engine.types import Stage
+from fedcore.io import storage
 from fedcore.methods import registry
 from fedcore.methods.base import StagedMethod
 from fedcore.pipeline import ops
 from fedcore.pipeline.plan import config_text
+from fedcore.registries import config_from_dict
 from tests.components.test_components import tiny_config
 
 WARMUP, TRAIN = 2, 2

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 import fedcore.methods.fedgr as fedgr_mod
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import FederatedDataset, build_federated_dataset
+from fedcore.data.build import build_federated_dataset
+from fedcore.data.federated import FederatedDataset
 from fedcore.metrics import flag_dependence
 from fedcore.models import build_model
 from fedcore.run import make_context, run_experiment

@@ -10,7 +10,8 @@ import pytest
 from sklearn.metrics import f1_score
 
 import fedcore.methods.fedrg as fedrg_mod
-from fedcore.data.federated import FederatedDataset, build_federated_dataset
+from fedcore.data.build import build_federated_dataset
+from fedcore.data.federated import FederatedDataset
 from fedcore.engine.checkpoint import load_checkpoint
 from fedcore.run import run_experiment
 from tests.methods.test_fednoro import digits_cfg as fednoro_cfg

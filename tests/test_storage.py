@@ -1,4 +1,4 @@
-"""fedcore.storage against local folders and a real S3-compatible server (moto on 127.0.0.1)."""
+"""fedcore.io.storage against local folders and a real S3-compatible server (moto on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedcore import _s3, storage
 from fedcore.errors import ArtifactError, StorageError
+from fedcore.io import s3_client as _s3
+from fedcore.io import storage
 from tests.fixtures.s3 import S3Server, free_port
 
 MiB = 1024 * 1024

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedcore.config import load_config
 from fedcore.data.federated import FederatedDataset
 from fedcore.metrics.noise import rate_pearson_mae
 from fedcore.models import build_model
+from fedcore.registries import load_config
 from fedcore.run import make_context
 from fedcore.stats.sieving import local_sieve, pooled_sieve
 from fedcore.train.augment import Augmenter

@@ -24,9 +24,9 @@ import pandas as pd
 import torch
 
 import fedcore.methods.fedgr as fedgr_mod
-from fedcore.config import load_config
 from fedcore.data.federated import FederatedDataset
 from fedcore.metrics import flag_dependence
+from fedcore.registries import load_config
 from fedcore.run import run_experiment
 from fedcore.stats.gmm import zscore
 

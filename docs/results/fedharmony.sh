@@ -68,7 +68,7 @@ for setting in $SETTINGS; do
   "$(dirname "$FEDCORE")/python" - "$OUT/$setting" "$SEEDS" <<'PY'
 import json, sys
 from pathlib import Path
-from fedcore.compare import mean_std
+from fedcore.reporting.compare import mean_std
 keys = [("final/mAP", "mAP"), ("final/mAP_last10", "mAP last10"), ("last/test/OmAP", "O-mAP"),
         ("last/test/CF1", "CF1"), ("last/test/OF1", "OF1"), ("last/test/corr_dist", "corr dist")]
 seeds = sys.argv[2].split()

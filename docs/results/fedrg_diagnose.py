@@ -18,8 +18,8 @@ import numpy as np
 from sklearn.metrics import f1_score, precision_recall_curve, roc_auc_score
 
 import fedcore.methods.fedrg as fedrg_mod
-from fedcore.config import load_config
 from fedcore.data.federated import FederatedDataset
+from fedcore.registries import load_config
 from fedcore.run import run_experiment
 from fedcore.stats.gmm import clean_posterior
 

@@ -72,3 +72,8 @@ def _jsonable(extras: dict) -> dict:
     for k, v in extras.items():
         out[k] = v.tolist() if isinstance(v, np.ndarray) else v
     return out
+
+
+def build_federated_dataset(cfg: ExperimentConfig) -> FederatedDataset:
+    """Load the dataset, partition it among clients and inject the configured noise scene."""
+    return build(cfg)

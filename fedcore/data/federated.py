@@ -25,9 +25,8 @@ import numpy as np
 import torch
 
 import fedcore
-from fedcore.config import ExperimentConfig
 from fedcore.errors import ArtifactError
-from fedcore.fileio import publish_dir, sha256_file
+from fedcore.io import publish_dir, sha256_file
 
 FORMAT_VERSION = 1
 FILES = ("data.pt", "truth.pt", "scene.json")
@@ -87,8 +86,6 @@ class FederatedDataset:
                 tmp / "data.pt",
             )
             torch.save(_truth_to_tensors(self.truth), tmp / "truth.pt")
-            from fedcore.data.report import scene_report
-
             (tmp / "scene.json").write_text(json.dumps(scene_report(self), indent=2))
             self.manifest = {
                 "format_version": FORMAT_VERSION,
@@ -214,7 +211,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 def _local_artifact_dir(uri: str) -> Path:
     if uri.startswith("s3://"):
-        from fedcore.storage import stage_prefix
+        from fedcore.io import stage_prefix
 
         return stage_prefix(uri, Path(os.environ.get("FEDCORE_CACHE", ".fedcore-cache")))
     if "://" in uri:  # e.g. gs://: Path() would turn it into a missing local folder 'gs:/...'
@@ -246,8 +243,34 @@ def _truth_from_tensors(d: dict[str, Any]) -> GroundTruth:
     )
 
 
-def build_federated_dataset(cfg: ExperimentConfig) -> FederatedDataset:
-    """Load the dataset, partition it among clients and inject the configured noise scene."""
-    from fedcore.data.build import build
+def scene_report(fed: FederatedDataset) -> dict[str, Any]:
+    """Per-client size, classes held, noise flag/type/target/realized rate, plus totals."""
+    t = fed.truth
+    clients = []
+    for cid, idx in enumerate(fed.client_indices):
+        clients.append({
+            "client": cid,
+            "size": int(len(idx)),
+            "classes": int(len(np.unique(t.y_true[idx], axis=0))) if t.y_true.ndim == 1 else int(
+                (t.y_true[idx].sum(axis=0) > 0).sum()),
+            "noisy": bool(t.is_noisy_client[cid]),
+            "type": t.noise_type[cid],
+            "target_rate": _f(t.target_rate[cid]),
+            "realized_rate": _f(t.realized_rate[cid]),
+        })
+    return {
+        "dataset": fed.meta["name"],
+        "task": fed.meta["task"],
+        "num_clients": fed.num_clients,
+        "num_train": fed.meta["num_train"],
+        "num_test": fed.meta["num_test"],
+        "noisy_clients": int(np.sum(t.is_noisy_client)),
+        "overall_noise_rate": _f(np.mean(t.is_noisy_sample)),
+        "clients": clients,
+        "notes": fed.meta.get("notes", []),
+    }
 
-    return build(cfg)
+
+def _f(x: float) -> float | None:
+    x = float(x)
+    return None if np.isnan(x) else round(x, 4)

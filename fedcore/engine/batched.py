@@ -7,7 +7,7 @@ constants, static settings). The engine owns the optimizer loop (`engine.stacked
 stacks the parameters of clients whose programs have the same structure, draws each
 client's batches from that client's own generator exactly as the sequential loop does,
 evaluates the per-sample losses of all of them in one pass (`StackedNet`: grouped layers,
-or torch.func.vmap) and steps a stacked SGD/Adam (`train.foptim`).
+or torch.func.vmap) and steps a stacked SGD/Adam (`engine.foptim`).
 
 Chunks of at most `cohort_chunk` clients are trained at a time, so memory is
 O(chunk x model + data), never O(cohort x data).
@@ -16,82 +16,18 @@ O(chunk x model + data), never O(cohort x data).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from fedcore.engine.executor import SequentialExecutor
-from fedcore.engine.stacknet import StackedNet
-from fedcore.engine.store import ClientData
-from fedcore.engine.types import ClientTask, ClientUpdate, Params
+from fedcore.engine.program import LocalProgram
+from fedcore.engine.stacked import finish_stats, train_stacked
+from fedcore.engine.types import ClientTask, ClientUpdate
 from fedcore.errors import ConfigError
-from fedcore.train.local import OptimSpec
 
 EXECUTORS = ("auto", "sequential", "batched")
-
-
-@dataclass
-class StackedStep:
-    """What a batched loss sees: one step of K clients at once (rows = clients).
-
-    params: current parameters (K, ...); start: the parameters each client started the round
-    from; batch: per-sample fields of the step (K, B, ...) ("x", "y" and the program's
-    fields; rows of a short batch are padded, and the engine masks the padding out of each
-    client's mean); consts: the programs' per-client tensors, stacked (K, ...); static:
-    their Python settings (equal across the stack); net: the model over stacked params.
-    """
-
-    net: StackedNet
-    params: Params
-    start: Params
-    batch: dict[str, torch.Tensor]
-    consts: dict[str, Any]
-    static: Mapping[str, Hashable]
-    k: int
-    b: int
-
-    def flat(self, t: torch.Tensor) -> torch.Tensor:
-        """(K, B, ...) -> (K * B, ...): per-sample rows, as the loss functions take them."""
-        return t.reshape(self.k * self.b, *t.shape[2:])
-
-    def each(self, c: torch.Tensor) -> torch.Tensor:
-        """A per-client tensor (K, ...) repeated for each of its samples -> (K * B, ...)."""
-        return c.unsqueeze(1).expand(self.k, self.b, *c.shape[1:]).reshape(self.k * self.b, *c.shape[1:])
-
-
-# loss(step) -> per-sample losses (K * B,) or (K, B), or (those, {name: per-sample values to report})
-BatchedLoss = Callable[[StackedStep], "torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]"]
-
-
-@dataclass
-class LocalProgram:
-    """One client's local run, described for the batched executor.
-
-    samples: per-sample tensors in local order (n, ...), gathered at each batch's positions.
-    inputs: pos -> per-sample fields of the batch (one row per position), called on the host
-      right after the batch is drawn, for anything that draws randomness (augmentation,
-      mixup); None = the engine gathers the plain normalized inputs as "x" itself.
-    regularizer(step) -> (K,) per-client terms added to each client's batch loss, or None.
-    after_step(params, consts, static) -> updated consts (stacked) after every optimizer step.
-    finish(params, stats, consts) -> the ClientUpdate, once training ends.
-    """
-
-    data: ClientData
-    gen: torch.Generator
-    spec: OptimSpec
-    params: Params
-    trainable: tuple[str, ...]
-    model: nn.Module
-    loss: BatchedLoss
-    finish: Callable[[Params, dict[str, float], dict[str, Any]], ClientUpdate]
-    samples: dict[str, torch.Tensor] = field(default_factory=dict)
-    consts: dict[str, Any] = field(default_factory=dict)
-    static: Mapping[str, Hashable] = field(default_factory=dict)
-    inputs: Callable[[torch.Tensor], dict[str, torch.Tensor]] | None = None
-    regularizer: Callable[[StackedStep], torch.Tensor | None] | None = None
-    after_step: Callable[[Params, dict[str, Any], Mapping[str, Hashable]], dict[str, Any]] | None = None
 
 
 def model_support(model: nn.Module) -> str | None:
@@ -208,8 +144,6 @@ class BatchedExecutor(SequentialExecutor):
         return self._auto[key]
 
     def run_clients(self, method: Any, tasks: Sequence[ClientTask]) -> list[ClientUpdate]:
-        from fedcore.engine.stacked import finish_stats, train_stacked
-
         if len(tasks) < 2:
             return super().run_clients(method, tasks)
         programs = [method.local_program(t) for t in tasks]

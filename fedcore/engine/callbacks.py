@@ -6,6 +6,7 @@ names are already scoped (`test/acc`, `noise/rate_est/client_07`, ...).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +39,31 @@ class Callback:
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore what `state_dict` returned."""
+
+
+class EarlyStopping(Callback):
+    """Stop after `patience` evaluations without a better test score."""
+
+    def __init__(self, patience: int, key: str | None = None) -> None:
+        # key None: test/acc, or test/mAP on multi-label runs (which have no accuracy).
+        self.patience, self.key = patience, key
+        self.best, self.bad = -math.inf, 0
+
+    def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
+        key = self.key or next((k for k in ("test/acc", "test/mAP") if k in metrics), None)
+        if key is None or key not in metrics:
+            return
+        if metrics[key] > self.best:
+            self.best, self.bad = metrics[key], 0
+        else:
+            self.bad += 1
+
+    def should_stop(self) -> bool:
+        return self.patience > 0 and self.bad >= self.patience
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state:
+            self.best, self.bad = state["best"], state["bad"]

@@ -18,7 +18,7 @@ from fedcore.engine.loop import LoopState
 from fedcore.engine.store import ClientStateStore
 from fedcore.engine.types import ServerState
 from fedcore.errors import ArtifactError
-from fedcore.fileio import atomic_write_bytes
+from fedcore.io import atomic_write_bytes
 
 FORMAT = 1
 

@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 
-from fedcore.engine.batched import LocalProgram, StackedStep
+from fedcore.engine.foptim import make_stacked_optimizer
+from fedcore.engine.program import LocalProgram, StackedStep
 from fedcore.engine.stacknet import StackedNet
-from fedcore.engine.types import Params
-from fedcore.train.foptim import make_stacked_optimizer
-from fedcore.train.local import OptimSpec
+from fedcore.engine.types import OptimSpec, Params
 
 Tensor = torch.Tensor
 

@@ -17,10 +17,42 @@ import torch
 
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
-    from fedcore.data.federated import FederatedView
     from fedcore.engine.store import ClientData, TensorStore
 
 Params = dict[str, torch.Tensor]
+
+
+class DataView(Protocol):
+    """What a method may see of the federated dataset: inputs, working labels, client index
+    arrays and metadata, never ground truth. `fedcore.data.federated.FederatedView` is the
+    one implementation; the engine names only this shape, so it never imports the data layer."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    client_indices: list[np.ndarray]
+    num_classes: int
+    task: str
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    """A client's local optimizer and budget (the sequential loop and the batched executor read it)."""
+
+    kind: str = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    epochs: int = 1
+    steps: int | None = None
+    batch_size: int = 32
+
+    @classmethod
+    def from_train(cls, train, **overrides) -> OptimSpec:  # train: fedcore.config.TrainConfig
+        base = dict(kind=train.optimizer, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay,
+                    epochs=train.local_epochs, steps=train.local_steps, batch_size=train.batch_size)
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
 
 
 @dataclass(frozen=True)
@@ -118,7 +150,7 @@ class RunContext:
     """Everything a method may use to set itself up. Holds no ground truth."""
 
     cfg: ExperimentConfig
-    view: FederatedView
+    view: DataView
     store: TensorStore
     clients: list[ClientData]
     device: torch.device

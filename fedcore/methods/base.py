@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from fedcore.config import ExperimentConfig
-from fedcore.engine.batched import LocalProgram, StackedStep, model_support
+from fedcore.engine.batched import model_support
+from fedcore.engine.program import LocalProgram, StackedStep
 from fedcore.engine.types import (
     ClientTask,
     ClientUpdate,

@@ -1,8 +1,9 @@
-"""The `FedModel` contract, the model registry and `build_model`.
+"""The `FedModel` contract, the model registry (`register_model`) and helpers models share.
 
 Every model splits into a backbone (`features`) and a linear head (`head`) because the
 methods need both halves: representation regularizers, spectral identification and vMF
-geometry read the features, while the losses read the logits.
+geometry read the features, while the losses read the logits. Models register here;
+`fedcore.models.build` imports the built-in ones and builds them by name.
 """
 
 from __future__ import annotations
@@ -68,11 +69,6 @@ def register_model(name: str) -> Callable[[Factory], Factory]:
     return deco
 
 
-def available_models() -> list[str]:
-    _import_builtin()
-    return sorted(_REGISTRY)
-
-
 @contextlib.contextmanager
 def seeded_init(seed: int) -> Iterator[None]:
     """Layers built inside draw their initial weights from `seed` alone.
@@ -86,28 +82,6 @@ def seeded_init(seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.random.default_generator.manual_seed(seed)
         yield
-
-
-def build_model(
-    cfg: ModelConfig, in_shape: tuple[int, int, int], num_classes: int, seed: int = 0
-) -> FedModel:
-    """Build the model named in `cfg` on the CPU, initialized deterministically from `seed`.
-
-    in_shape: (C, H, W) of one input. Pretrained weights come only from `cfg.weights`.
-    """
-    _import_builtin()
-    if cfg.name not in _REGISTRY:
-        raise ConfigError(f"unknown model '{cfg.name}'; choose one of: {', '.join(sorted(_REGISTRY))}")
-    if len(in_shape) != 3 or num_classes < 1:
-        raise ValueError(f"in_shape must be (C, H, W) and num_classes >= 1, got {in_shape}, {num_classes}")
-    with seeded_init(seed):
-        model = _REGISTRY[cfg.name](cfg, tuple(in_shape), num_classes)
-    model.model_name = cfg.name
-    if cfg.weights:
-        from fedcore.models.weights import load_weights
-
-        load_weights(model, cfg.weights)
-    return model
 
 
 def model_params(cfg: ModelConfig, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -139,7 +113,3 @@ def _groups(channels: int) -> int:
         if channels % g == 0 and channels // g >= 2:
             return g
     return 1
-
-
-def _import_builtin() -> None:
-    from fedcore.models import resnet, small, vit  # noqa: F401  (registration side effects)

@@ -7,15 +7,17 @@ checkpoint loads here and a fedcore `state_dict` loads back into torchvision.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torchvision import models as tvm
 
 from fedcore.config import ModelConfig
 from fedcore.models.base import FedModel, model_params, norm_layer, register_model
 from fedcore.models.weights import adapt_first_conv
+
+if TYPE_CHECKING:
+    from torchvision import models as tvm
 
 
 class TorchvisionResNet(FedModel):
@@ -54,14 +56,18 @@ def _stem(in_channels: int, cifar: bool) -> nn.Conv2d:
 
 
 def _resnet(
-    arch: Callable[..., tvm.ResNet],
+    arch: str,
     cfg: ModelConfig,
     in_shape: tuple[int, int, int],
     num_classes: int,
     cifar: bool,
 ) -> FedModel:
+    # Imported here, not at the top: listing the registered models (every config load
+    # checks model.name) then costs no torchvision import.
+    from torchvision import models as tvm
+
     p = model_params(cfg, {"norm": "batch"})
-    net = arch(weights=None, num_classes=num_classes, norm_layer=norm_layer(p["norm"], cfg.name))
+    net = getattr(tvm, arch)(weights=None, num_classes=num_classes, norm_layer=norm_layer(p["norm"], cfg.name))
     if cifar or in_shape[0] != 3:
         net.conv1 = _stem(in_shape[0], cifar)
     if cifar:
@@ -71,19 +77,19 @@ def _resnet(
 
 @register_model("resnet18_cifar")
 def _resnet18_cifar(cfg: ModelConfig, in_shape: tuple[int, int, int], num_classes: int) -> FedModel:
-    return _resnet(tvm.resnet18, cfg, in_shape, num_classes, cifar=True)
+    return _resnet("resnet18", cfg, in_shape, num_classes, cifar=True)
 
 
 @register_model("resnet34_cifar")
 def _resnet34_cifar(cfg: ModelConfig, in_shape: tuple[int, int, int], num_classes: int) -> FedModel:
-    return _resnet(tvm.resnet34, cfg, in_shape, num_classes, cifar=True)
+    return _resnet("resnet34", cfg, in_shape, num_classes, cifar=True)
 
 
 @register_model("resnet18")
 def _resnet18(cfg: ModelConfig, in_shape: tuple[int, int, int], num_classes: int) -> FedModel:
-    return _resnet(tvm.resnet18, cfg, in_shape, num_classes, cifar=False)
+    return _resnet("resnet18", cfg, in_shape, num_classes, cifar=False)
 
 
 @register_model("resnet50")
 def _resnet50(cfg: ModelConfig, in_shape: tuple[int, int, int], num_classes: int) -> FedModel:
-    return _resnet(tvm.resnet50, cfg, in_shape, num_classes, cifar=False)
+    return _resnet("resnet50", cfg, in_shape, num_classes, cifar=False)

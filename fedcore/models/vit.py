@@ -7,15 +7,18 @@ carry 14x14 patch positions, a 32x32 input has 2x2).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
-from torchvision import models as tvm
-from torchvision.models.vision_transformer import interpolate_embeddings
 
 from fedcore.config import ModelConfig
 from fedcore.errors import ArtifactError, ConfigError
 from fedcore.models.base import FedModel, model_params, register_model
 from fedcore.models.weights import adapt_first_conv
+
+if TYPE_CHECKING:
+    from torchvision import models as tvm
 
 
 class FedViT(FedModel):
@@ -47,6 +50,8 @@ class FedViT(FedModel):
         sd = adapt_first_conv(sd, "conv_proj.weight", self.conv_proj.in_channels)
         pos = sd.get("encoder.pos_embedding")
         if pos is not None and pos.shape != self.encoder.pos_embedding.shape:
+            from torchvision.models.vision_transformer import interpolate_embeddings
+
             try:
                 sd = dict(interpolate_embeddings(self.image_size, self.patch_size, dict(sd)))
             except (ValueError, RuntimeError) as err:
@@ -67,6 +72,8 @@ def _vit_b_16(cfg: ModelConfig, in_shape: tuple[int, int, int], num_classes: int
             f"vit_b_16 needs square inputs whose side is a multiple of 16, got {h}x{w}; "
             "set data.image_size (e.g. 224) or pick another model"
         )
+    from torchvision import models as tvm  # here: listing models (config validation) imports no torchvision
+
     net = tvm.vit_b_16(weights=None, num_classes=num_classes, image_size=h)
     if c != 3:
         conv = nn.Conv2d(c, net.hidden_dim, 16, 16)

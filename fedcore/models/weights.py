@@ -21,11 +21,11 @@ _SHOW = 4  # how many offending keys an error message lists
 def load_weights(model: FedModel, uri: str) -> None:
     """Load `uri` (local path or s3:// file) into `model` in place; ArtifactError if it does not fit."""
     if uri.startswith("s3://"):
-        from fedcore import storage  # lazy: boto3 is only needed for s3 weights
+        from fedcore.io import download_file
 
         with tempfile.TemporaryDirectory(prefix="fedcore-weights-") as tmp:
             local = Path(tmp) / (Path(uri).name or "weights.pt")
-            storage.download_file(uri, str(local))
+            download_file(uri, str(local))
             sd = read_state_dict(local, uri)
     else:
         sd = read_state_dict(Path(uri), uri)

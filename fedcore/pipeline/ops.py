@@ -16,8 +16,8 @@ from typing import Any
 
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ArtifactError, ConfigError
+from fedcore.io import write_bytes
 from fedcore.pipeline.plan import apply, load_run_config, stage_names
-from fedcore.storage import write_bytes
 
 REPORT_FILES = ("scene.json", "scene.png")
 
@@ -89,9 +89,9 @@ def finish_parent(cfg: ExperimentConfig, parent_run_id: str, files: list[Path]) 
 def prepare(config_yaml: str, overrides_json: str, data_hash: str, data_dir: str | Path,
             report_dir: str | Path, data_root: str = "") -> dict[str, Any]:
     """Build the FederatedDataset into `data_dir` and the noise-scene report (JSON + PNG) into `report_dir`."""
-    from fedcore.data.federated import build_federated_dataset
-    from fedcore.data.report import scene_report
-    from fedcore.plots import save, scene_figure
+    from fedcore.data.build import build_federated_dataset
+    from fedcore.data.federated import scene_report
+    from fedcore.reporting.plots import save, scene_figure
 
     cfg = load_run_config(config_yaml, overrides_json)
     if data_hash and cfg.data_hash() != data_hash:
@@ -115,7 +115,7 @@ def run_stage(cfg: ExperimentConfig, stage: str, data_dir: str | Path, checkpoin
     The first stage (no run_id) opens the child run; the method's last stage closes it
     unless evaluate follows (it always does in the pipelines, which reopen it by id).
     """
-    from fedcore.progress import EarlyStopping
+    from fedcore.engine.callbacks import EarlyStopping
     from fedcore.run import run_experiment
 
     stages = stage_names(cfg)
@@ -196,7 +196,7 @@ def evaluate(cfg: ExperimentConfig, data_dir: str | Path, run_dir: str | Path, r
 
 
 def _figures(cfg, fed, history, run_dir: Path, out: Path, ev: Evaluation) -> list[Path]:
-    from fedcore.plots import confusion_figure, curves_figure, rate_scatter, save
+    from fedcore.reporting.plots import confusion_figure, curves_figure, rate_scatter, save
     from fedcore.tracking.base import run_name_for
 
     figs = [save(curves_figure(history, run_name_for(cfg), task=fed.task), out / "curves.png")]
@@ -241,8 +241,8 @@ def plot_metric(records: list[dict[str, Any]]) -> str:
 
 def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep") -> str:
     """Mean ± std over seeds per (method, setting): writes compare.md/.json/.png, returns the Markdown table."""
-    from fedcore.compare import comparison_rows, mean_std
-    from fedcore.plots import compare_figure, save
+    from fedcore.reporting.compare import comparison_rows, mean_std
+    from fedcore.reporting.plots import compare_figure, save
 
     if not rows:
         raise ArtifactError("no finished runs to compare; every run of the sweep failed or was skipped")

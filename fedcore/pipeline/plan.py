@@ -16,8 +16,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fedcore.config import ExperimentConfig, check_names, config_from_dict
+from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError
+from fedcore.registries import config_from_dict
 
 
 class SweepSpec(BaseModel):
@@ -120,7 +121,7 @@ def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
     settings = spec.settings or {noise_label(base): []}
     plans = []
     for name, set_overrides in settings.items():
-        set_cfg = check_names(apply(base, set_overrides))  # a setting may switch dataset or model
+        set_cfg = apply(base, set_overrides)  # validated: a setting may switch dataset or model
         runs = []
         for method in methods:
             for seed in seeds:

@@ -1,7 +1,7 @@
 """Cluster settings of pipeline tasks: image, requests, accelerators, placement, retries.
 
 They describe where a pipeline runs, not what it computes, so they live apart from
-ExperimentConfig and never enter a config hash. Defaults come from `fedcore.env`, the
+ExperimentConfig and never enter a config hash. Defaults come from `fedcore.deploy.env`, the
 contract with the manifests under k8s/.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedcore import env
+from fedcore.deploy import env
 from fedcore.errors import ConfigError
 
 

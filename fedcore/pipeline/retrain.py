@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from fedcore.config import ExperimentConfig, config_from_dict
+from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError, DataError, UserError
-from fedcore.storage import latest_under, write_bytes
+from fedcore.io import latest_under, write_bytes
+from fedcore.registries import config_from_dict
 
 METRIC = "test/acc"  # single-label runs; multi-label runs are scored on MULTI_METRIC
 MULTI_METRIC = "test/mAP"

@@ -13,8 +13,8 @@ from kfp import dsl
 from mlflow import MlflowClient
 
 from components import champion, compare, evaluate, latest_snapshot, prepare_data, run_stage, start_tracking
-from fedcore.config import config_from_dict
 from fedcore.pipeline.plan import config_text
+from fedcore.registries import config_from_dict
 from pipelines.runner import run_local
 
 PNG = b"\x89PNG"

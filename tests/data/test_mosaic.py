@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcore.config import DataConfig, PartitionConfig, config_from_dict
+from fedcore.config import DataConfig, PartitionConfig
 from fedcore.data.datasets import load_dataset
 from fedcore.data.mosaic import (
     draw_tiles,
@@ -17,6 +17,7 @@ from fedcore.data.mosaic import (
 )
 from fedcore.data.partition import partition
 from fedcore.errors import ConfigError
+from fedcore.registries import config_from_dict
 from fedcore.stats.correlation import phi_correlation
 
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fedcore import storage
 from fedcore.config import DataConfig, PartitionConfig
 from fedcore.data.datasets import available_datasets, load_dataset
 from fedcore.data.multilabel import VOC_CLASSES
 from fedcore.data.partition import partition
 from fedcore.errors import DataError
+from fedcore.io import storage
 
 
 def _load(name: str, root: Path | str, **kw):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcore.config import NoiseConfig, PartitionConfig, RateConfig, config_from_dict
+from fedcore.config import NoiseConfig, PartitionConfig, RateConfig
 from fedcore.data.build import build
 from fedcore.data.noise_multilabel import corrupt_client, inject_multilabel_noise, realized_rate
 from fedcore.data.partition import partition
 from fedcore.errors import ConfigError
+from fedcore.registries import config_from_dict
 
 
 def _labels(n: int = 400, c: int = 6, seed: int = 0) -> np.ndarray:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedcore import deploy
+from fedcore.deploy import k8s as deploy
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from fedcore import cli, deploy, env
+from fedcore import cli
+from fedcore.deploy import env
+from fedcore.deploy import k8s as deploy
 
 from .conftest import containers
 

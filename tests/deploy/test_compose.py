@@ -9,7 +9,8 @@ import re
 import pytest
 import yaml
 
-from fedcore import deploy, env
+from fedcore.deploy import env
+from fedcore.deploy import k8s as deploy
 
 from .conftest import REPO, containers, find
 

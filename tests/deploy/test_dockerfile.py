@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from fedcore import deploy
+from fedcore.deploy import k8s as deploy
 
 from .conftest import REPO
 from .dockerfile import ignored, instructions, stages

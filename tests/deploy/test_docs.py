@@ -9,7 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from fedcore import cli, env
+from fedcore import cli
+from fedcore.deploy import env
 
 from .conftest import REPO
 

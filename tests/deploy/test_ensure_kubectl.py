@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from fedcore import deploy
+from fedcore.deploy import k8s as deploy
 
 from .conftest import REPO
 

@@ -1,4 +1,4 @@
-"""Rendered kustomize overlays: strict schema validity, names shared with fedcore.env,
+"""Rendered kustomize overlays: strict schema validity, names shared with fedcore.deploy.env,
 GPU scheduling only in the gpu overlay, and the wiring between objects."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from fedcore import deploy, env
+from fedcore.deploy import env
+from fedcore.deploy import k8s as deploy
 
 from .conftest import K8S, containers, find
 

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from fedcore import deploy
+from fedcore.deploy import k8s as deploy
 
 from .conftest import find
 

@@ -17,7 +17,9 @@ import pytest
 from moto.server import ThreadedMotoServer
 from typer.testing import CliRunner
 
-from fedcore import cli, deploy, env
+from fedcore import cli
+from fedcore.deploy import env
+from fedcore.deploy import k8s as deploy
 
 from .conftest import K8S
 

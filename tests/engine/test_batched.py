@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.config import ExperimentConfig, ModelConfig, load_config
+from fedcore.config import ExperimentConfig, ModelConfig
 from fedcore.data.federated import FederatedDataset, GroundTruth
-from fedcore.engine.batched import BatchedExecutor, LocalProgram, auto_chunk, make_executor
+from fedcore.engine.batched import BatchedExecutor, auto_chunk, make_executor
 from fedcore.engine.executor import SequentialExecutor
 from fedcore.engine.loop import RoundLoop
+from fedcore.engine.program import LocalProgram
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.stacked import _positions, num_steps, train_stacked
 from fedcore.engine.stacknet import StackedNet
@@ -19,6 +20,7 @@ from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
 from fedcore.methods.registry import MethodParams, build_method
 from fedcore.models import build_model
+from fedcore.registries import load_config
 from fedcore.run import run_experiment
 from fedcore.train import losses
 from fedcore.train.ema import ema_update_

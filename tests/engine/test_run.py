@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedcore.config import load_config
 from fedcore.data.build import build
 from fedcore.engine.callbacks import Callback
 from fedcore.errors import ArtifactError, ConfigError
+from fedcore.registries import load_config
 from fedcore.run import run_experiment
 
 FAST = ["train.device=cpu", "train.rounds=4", "train.local_epochs=1", "partition.num_clients=6",
@@ -160,6 +160,7 @@ def test_cli_run_refuses_to_restart_an_interrupted_run_over_its_checkpoints(tmp_
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, cut, data=artifact, callbacks=[Crash(at=3)])
     before = _files(cut)
+    capsys.readouterr()  # the cut run's own stderr line (which executor it used)
     args = ["--data", str(artifact), "--no-progress", *[x for o in FAST for x in ("--set", o)]]
     err = _fails(["run", "configs/quickstart.yaml", "--out", str(cut), *args], capsys)
     assert f"'{cut}' holds an interrupted run; continue it with --resume {cut}" in err

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.config import load_config
 from fedcore.data.build import build
 from fedcore.data.federated import FederatedDataset
 from fedcore.engine.batched import BatchedExecutor
@@ -23,9 +22,15 @@ from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientStateStore
 from fedcore.engine.types import ServerState
 from fedcore.methods.registry import build_method
+from fedcore.registries import load_config
 from fedcore.run import make_context, run_experiment
 
-FAST = ["train.device=cpu", "train.rounds=2", "partition.num_clients=6", "train.local_epochs=1"]
+# The scene is pinned here, not taken from the quickstart preset: under Adam, float rounding (1e-8
+# after a round) is amplified where a weight's gradient is tiny, at a pace the scene sets. With
+# the preset's harsher scene of issue 24 (7 of 10 clients at U(0.7, 1.0)) fedavg-adam-augment
+# differed by 4.2e-5 on 1 of 16384 weights after two rounds (docs/performance.md, Equality).
+FAST = ["train.device=cpu", "train.rounds=2", "partition.num_clients=6", "train.local_epochs=1",
+        "noise.noisy_client_fraction=0.6", "noise.rate.min=0.4", "noise.rate.max=0.8"]
 # Metrics the clients report (sample-weighted means over the cohort) and what the server derives
 # from their uploads; test accuracy is left out (a 1e-7 change may flip one borderline image).
 CLIENT_KEYS = ("train/loss", "train/steps", "lr", "relabel/agree_rate", "detect/clients_noisy", "round/clients")

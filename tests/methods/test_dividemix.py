@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.methods.dividemix import MeanTwin, warmup_loss
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment

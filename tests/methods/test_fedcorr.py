@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.methods.fedcorr import adaptive_proximal, confident_relabel, loss_level, loss_relabel
 from fedcore.run import run_experiment
 from fedcore.stats.lid import lid_mle

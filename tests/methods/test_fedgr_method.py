@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan, ServerState
 from fedcore.methods.registry import build_method

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from fedcore.cli import app
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan
 from fedcore.errors import ConfigError
@@ -161,14 +161,14 @@ def test_multilabel_runs_through_fedcore_run_with_all_metrics(tmp_path, method):
 
 @pytest.mark.parametrize("name", ["digits_mosaic", "voc", "coco", "flair"])
 def test_presets_validate(name: str):
-    from fedcore.config import load_config
+    from fedcore.registries import load_config
 
     cfg = load_config(f"configs/fedharmony_{name}.yaml")
     assert cfg.method.name == "fedharmony" and cfg.partition.num_clients == 10
 
 
 def test_early_stopping_watches_map_on_multilabel_runs():
-    from fedcore.progress import EarlyStopping
+    from fedcore.engine.callbacks import EarlyStopping
 
     stop = EarlyStopping(patience=1)
     stop.after_round(1, "train", {"test/mAP": 0.5})

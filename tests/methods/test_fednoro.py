@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.methods.fednoro import class_mean_losses, detect_noisy_clients, noise_aware_loss
 from fedcore.run import run_experiment
 from fedcore.train import losses

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.engine.checkpoint import load_checkpoint
 from fedcore.engine.loop import PERSONAL
 from fedcore.engine.sampler import client_rngs

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from fedcore.config import load_config
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.errors import ConfigError
 from fedcore.methods import fednoro, fedsir
 from fedcore.methods.registry import validate_method_config
+from fedcore.registries import load_config
 from fedcore.run import run_experiment
 from fedcore.train import losses
 from tests.methods.test_fednoro import digits_cfg

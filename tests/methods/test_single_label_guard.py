@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fedcore.config import ExperimentConfig
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.errors import ConfigError
 from fedcore.methods.registry import available_methods, build_method
 from fedcore.run import make_context

@@ -170,8 +170,8 @@ def test_s3_weights_go_through_storage_download(tmp_path: Path, monkeypatch: pyt
         shutil.copy(tmp_path / "w.pt", local_path)
 
     fake = types.SimpleNamespace(download_file=download_file)
-    monkeypatch.setitem(sys.modules, "fedcore.storage", fake)
-    monkeypatch.setattr(fedcore, "storage", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "fedcore.io", fake)
+    monkeypatch.setattr(fedcore, "io", fake, raising=False)
 
     dst = _build("mlp", (1, 8, 8), seed=2, weights="s3://bucket/models/w.pt")
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fedcore import env
 from fedcore.cli import main
+from fedcore.deploy import env
 from tests.pipelines.kfp_stub import KfpStub, start_stub
 
 QUICK = "configs/quickstart.yaml"

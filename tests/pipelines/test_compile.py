@@ -6,10 +6,10 @@ import pytest
 import yaml
 from google.protobuf import json_format
 
-from fedcore import env
-from fedcore.config import config_from_dict
+from fedcore.deploy import env
 from fedcore.pipeline.plan import SweepSpec
 from fedcore.pipeline.resources import PipelineResources
+from fedcore.registries import config_from_dict
 from pipelines import PipelineOptions, build_pipeline
 from pipelines.runner import compile_pipeline, load_specs
 

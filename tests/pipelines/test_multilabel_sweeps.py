@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from fedcore import compare_mlflow, plots
-from fedcore.config import config_from_dict
-from fedcore.data.federated import build_federated_dataset
+from fedcore.data.build import build_federated_dataset
 from fedcore.models import build_model
 from fedcore.pipeline import ops, retrain
+from fedcore.registries import config_from_dict
+from fedcore.reporting import compare_mlflow, plots
 
 
 def _capture_compare_figure(monkeypatch) -> dict:

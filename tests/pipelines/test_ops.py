@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedcore.pipeline.ops import rate_estimates, read_history
-from fedcore.plots import compare_figure, curves_figure, rate_scatter, save, scene_figure
+from fedcore.reporting.plots import compare_figure, curves_figure, rate_scatter, save, scene_figure
 
 PNG = b"\x89PNG"
 

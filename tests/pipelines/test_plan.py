@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from fedcore.config import config_from_dict
 from fedcore.errors import ConfigError
 from fedcore.pipeline.plan import SweepSpec, config_text, load_run_config, load_sweep_spec, plan_sweep, shared_data
 from fedcore.pipeline.resources import PipelineResources
+from fedcore.registries import config_from_dict
 
 BASE = {"data": {"name": "digits"}, "partition": {"num_clients": 4}, "method": {"name": "fedprox", "params": {}},
         "noise": {"type": "symmetric"}, "seed": 3}

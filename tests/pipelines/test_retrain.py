@@ -8,11 +8,11 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from fedcore.config import config_from_dict
 from fedcore.errors import DataError
 from fedcore.pipeline import ops
 from fedcore.pipeline.plan import config_text
 from fedcore.pipeline.retrain import champion_decision, decide, latest_snapshot
+from fedcore.registries import config_from_dict
 from fedcore.tracking import make_tracker
 from fedcore.tracking.callback import TrackingCallback
 from tests.components.test_components import tiny_config

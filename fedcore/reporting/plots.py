@@ -31,7 +31,7 @@ def curves_for(task: str) -> tuple[tuple[str, str], ...]:
 
 def save(fig: Figure, path: str | Path) -> Path:
     """Write `fig` as PNG via a temp file and rename, then release it."""
-    from fedcore.storage import atomic_write
+    from fedcore.io import atomic_write
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")

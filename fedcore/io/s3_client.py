@@ -1,6 +1,6 @@
-"""The S3 side of `fedcore.storage`: the boto3 client, error translation, single objects.
+"""The S3 client of `fedcore.io`: URIs, the boto3 client, and boto3 errors as one-line StorageErrors.
 
-Use `fedcore.storage`; this module is its private half. The client honours
+Use `fedcore.io`; this module and `s3_objects` are its S3 half. The client honours
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_DEFAULT_REGION and a custom
 endpoint in AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or MLFLOW_S3_ENDPOINT_URL (first set wins).
 Tuning: FEDCORE_S3_ADDRESSING=path|virtual (default path with a custom endpoint),
@@ -10,21 +10,15 @@ FEDCORE_S3_CONNECT_TIMEOUT and FEDCORE_S3_READ_TIMEOUT in seconds, FEDCORE_S3_MA
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from fedcore.errors import ArtifactError, StorageError
-from fedcore.fileio import MB, publish, sha256_file
+from fedcore.io.files import MB
 
-_SMALL = 8 * MB  # below this, one plain GET beats a managed (possibly multipart) transfer
-SHA_KEY = "sha256"  # object metadata key holding the content's hex sha256
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL")
 _CLIENT_VARS = (
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION",
@@ -32,7 +26,7 @@ _CLIENT_VARS = (
     "FEDCORE_S3_CONNECT_TIMEOUT", "FEDCORE_S3_READ_TIMEOUT", "FEDCORE_S3_MAX_ATTEMPTS",
 )
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
-_NOT_FOUND = ("404", "NotFound", "NoSuchKey", "NoSuchBucket")
+NOT_FOUND = ("404", "NotFound", "NoSuchKey", "NoSuchBucket")
 _DENIED = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken",
            "403")
 
@@ -130,7 +124,7 @@ def transfer_config(threshold: int = 64 * MB, chunk: int = 16 * MB) -> Any:
 # -- errors ------------------------------------------------------------------------------
 
 
-def _code(err: Any) -> str:
+def error_code(err: Any) -> str:
     return str(err.response.get("Error", {}).get("Code", "unknown"))
 
 
@@ -146,8 +140,8 @@ def _translate(err: Exception, uri: str, action: str) -> StorageError:
                             "or set AWS_ENDPOINT_URL (or MLFLOW_S3_ENDPOINT_URL) to a reachable one")
     if not isinstance(err, ClientError):
         return StorageError(f"S3 failed while {action} '{uri}': {str(err).splitlines()[0]}")
-    code = _code(err)
-    if code in _NOT_FOUND:
+    code = error_code(err)
+    if code in NOT_FOUND:
         return missing(uri, bucket_missing=code == "NoSuchBucket")
     if code in _DENIED:
         return StorageError(f"S3 at {where} refused {action} '{uri}' ({code}); check AWS_ACCESS_KEY_ID, "
@@ -163,7 +157,7 @@ def missing(uri: str, bucket_missing: bool = False) -> StorageError:
     if bucket_missing or not _bucket_exists_or_unknown(bucket):
         return StorageError(f"bucket '{bucket}' does not exist at {endpoint_url() or 'AWS S3'}; "
                             f"create it or fix the bucket in '{uri}'")
-    return StorageError(f"no object at '{uri}'; check the key (fedcore.storage.list_prefix lists a prefix)")
+    return StorageError(f"no object at '{uri}'; check the key (fedcore.io.list_prefix lists a prefix)")
 
 
 @contextlib.contextmanager
@@ -187,7 +181,7 @@ def mismatch(uri: str, want: str, got: str) -> ArtifactError:
                          f"{got[:12]}...; the object was changed or corrupted, upload it again")
 
 
-# -- requests ----------------------------------------------------------------------------
+# -- buckets -----------------------------------------------------------------------------
 
 
 def bucket_exists(bucket: str) -> bool:
@@ -197,7 +191,7 @@ def bucket_exists(bucket: str) -> bool:
         try:
             client().head_bucket(Bucket=bucket)
         except ClientError as err:
-            if _code(err) in _NOT_FOUND:
+            if error_code(err) in NOT_FOUND:
                 return False
             raise
     return True
@@ -209,108 +203,3 @@ def _bucket_exists_or_unknown(bucket: str) -> bool:
         return bucket_exists(bucket)
     except StorageError:
         return True
-
-
-def head(uri: str) -> dict[str, Any] | None:
-    """The object's HEAD response, or None when no object has exactly that key."""
-    from botocore.exceptions import ClientError
-
-    bucket, key = parse_s3(uri)
-    if not key or key.endswith("/"):
-        return None
-    with errors(uri, "checking"):
-        try:
-            return client().head_object(Bucket=bucket, Key=key)
-        except ClientError as err:
-            if _code(err) in _NOT_FOUND:
-                return None
-            raise
-
-
-def list_objects(uri: str, delimiter: str = "") -> tuple[list[dict[str, Any]], list[str]]:
-    """(objects, sub-prefixes) under the prefix `uri`, all pages; folder-marker keys are dropped."""
-    bucket, key = parse_s3(uri)
-    objects: list[dict[str, Any]] = []
-    prefixes: list[str] = []
-    with errors(uri, "listing"):
-        pages = client().get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=dir_key(key), Delimiter=delimiter)
-        for page in pages:
-            objects += [o for o in page.get("Contents", []) if not o["Key"].endswith("/")]
-            prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
-    return objects, prefixes
-
-
-def put_file(src: Path, uri: str, threshold: int, chunk: int) -> str:
-    bucket, key = object_key(uri)
-    extra = {"Metadata": {SHA_KEY: sha256_file(src)}}
-    with errors(uri, "uploading to"):
-        client().upload_file(str(src), bucket, key, ExtraArgs=extra, Config=transfer_config(threshold, chunk))
-    return uri
-
-
-def get_file(uri: str, dest: Path, size_hint: int | None = None) -> dict[str, Any]:
-    """Download to a temp file beside `dest`, verify size and sha256, then rename.
-
-    Returns the response metadata (ETag, ContentLength, Metadata). A `size_hint` below
-    8 MiB (known from a listing) means one GET instead of a HEAD plus a managed transfer.
-    """
-    bucket, key = object_key(uri)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    os.close(fd)
-    try:
-        meta = _fetch(uri, bucket, key, tmp, size_hint)
-        size, want = os.path.getsize(tmp), meta.get("Metadata", {}).get(SHA_KEY)
-        if size != meta["ContentLength"]:
-            raise ArtifactError(f"download of '{uri}' is truncated ({size} of {meta['ContentLength']} "
-                                "bytes); retry and check free disk space")
-        if want and (got := sha256_file(tmp)) != want:
-            raise mismatch(uri, want, got)
-        publish(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return meta
-
-
-def _fetch(uri: str, bucket: str, key: str, tmp: str, size_hint: int | None) -> dict[str, Any]:
-    if size_hint is not None and size_hint < _SMALL:
-        with errors(uri, "downloading"), open(tmp, "wb") as f:
-            resp = client().get_object(Bucket=bucket, Key=key)
-            shutil.copyfileobj(resp["Body"], f, MB)
-        return resp
-    meta = head(uri)
-    if meta is None:
-        raise missing(uri)
-    with errors(uri, "downloading"):
-        client().download_file(bucket, key, tmp, Config=transfer_config())
-    return meta
-
-
-def get_bytes(uri: str) -> bytes:
-    bucket, key = object_key(uri)
-    with errors(uri, "reading"):
-        resp = client().get_object(Bucket=bucket, Key=key)
-        data = resp["Body"].read()
-    want = resp.get("Metadata", {}).get(SHA_KEY)
-    if want and (got := hashlib.sha256(data).hexdigest()) != want:
-        raise mismatch(uri, want, got)
-    return data
-
-
-def put_bytes(uri: str, data: bytes) -> str:
-    bucket, key = object_key(uri)
-    with errors(uri, "writing"):
-        client().put_object(Bucket=bucket, Key=key, Body=data,
-                            Metadata={SHA_KEY: hashlib.sha256(data).hexdigest()})
-    return uri
-
-
-def copy_object(src: str, dest: str) -> str:
-    """Server-side copy; the sha256 metadata travels with the object."""
-    (sb, sk), (db, dk) = object_key(src), object_key(dest)
-    with errors(dest, "copying to"):
-        client().copy({"Bucket": sb, "Key": sk}, db, dk, Config=transfer_config())
-    return dest

@@ -1,7 +1,7 @@
 """The environment contract between fedcore and the places it runs.
 
 Every environment variable fedcore reads is listed in `ENV_VARS` (except the S3 client's
-optional overrides documented in `fedcore._s3`: AWS_ENDPOINT_URL, FEDCORE_S3_*, ...); the
+optional overrides documented in `fedcore.io.s3_client`: AWS_ENDPOINT_URL, FEDCORE_S3_*, ...); the
 docker-compose stack, the Kubernetes manifests and the tests check themselves against it,
 so a new variable must be added here first. The Kubernetes names below are the ones the
 manifests under `k8s/` create; pipeline code imports them instead of repeating strings.
@@ -21,7 +21,8 @@ ENV_VARS: dict[str, str] = {
     "FEDCORE_S3_ADDRESSING": "S3 addressing style: path (in-cluster stores) or virtual (AWS)",
     "FEDCORE_GIT_COMMIT": "optional git commit recorded with every run when .git is absent (images)",
     "FEDCORE_IMAGE": "overrides the container image used by pipeline components",
-    "FEDCORE_CACHE": "local directory where s3:// datasets are staged (the dataset-cache PVC on Kubernetes)",
+    "FEDCORE_CACHE": "local directory where s3:// datasets are staged and .gz dataset files unpacked, unless "
+    "data.cache_dir is set (the dataset-cache PVC on Kubernetes)",
 }
 
 # Variables a run against a tracking stack cannot do without; FEDCORE_GIT_COMMIT,

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from fedcore.console import make_console
-from fedcore.errors import UserError
+from fedcore.cli.console import make_console
+from fedcore.errors import ConfigError, UserError
 
 app = typer.Typer(help="Compile, run locally, submit and schedule the Kubeflow pipelines.", no_args_is_help=True)
 console = make_console()
@@ -31,6 +31,15 @@ ModelOpt = Annotated[str, typer.Option("--model-name", help="retrain: registered
 TrackOpt = Annotated[bool, typer.Option("--tracking/--no-tracking", help="record runs in MLflow")]
 HostOpt = Annotated[str, typer.Option("--host", help="KFP API URL, e.g. http://localhost:8080")]
 ExperimentOpt = Annotated[str, typer.Option("--experiment", help="KFP experiment to file the run under")]
+
+
+def find_config(name: str = "quickstart.yaml") -> Path:
+    """configs/<name> from the working directory or the source checkout."""
+    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        p = base / "configs" / name
+        if p.is_file():
+            return p
+    raise ConfigError(f"configs/{name} not found; run from the fedcore checkout")
 
 
 def _options(ctx_args: dict[str, Any], local: bool = False) -> Any:
@@ -54,11 +63,10 @@ def local_resources(res: Any) -> Any:
 
 def load_pipeline_config(config: Path | None, overrides: list[str] | None, tracking: bool, local_root: Path | None):
     """The config a pipeline is compiled from; tracking on by default, pinned to a local store for --local."""
-    from fedcore.config import check_names, load_config
-    from fedcore.quickstart import find_config
+    from fedcore.registries import load_config
 
     extra = ["tracking.backend=mlflow"] if tracking else ["tracking.backend=none"]
-    cfg = check_names(load_config(config or find_config(), [*extra, *(overrides or [])]))
+    cfg = load_config(config or find_config(), [*extra, *(overrides or [])])
     if tracking and local_root is not None and not cfg.tracking.uri:
         cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update=local_store(local_root))})
     return cfg
@@ -124,7 +132,7 @@ def run_local_pipeline(name: str, cfg: Any, args: dict[str, Any], out: Path) -> 
 
 def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console = console) -> None:
     """The pipeline's records as the comparison table, then where its artifacts and MLflow runs are."""
-    from fedcore.compare import comparison_table
+    from fedcore.reporting.compare import comparison_table
 
     output = getattr(result, "output", None)
     if isinstance(output, str):

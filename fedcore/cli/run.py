@@ -1,4 +1,4 @@
-"""`fedcore run`, `fedcore compare` and `fedcore quickstart` (what `make run` calls)."""
+"""`fedcore run`: one experiment in-process, with a progress bar, early stopping and tracking."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.console import make_console
+from fedcore.cli.console import make_console
 
 console = make_console()
 
@@ -19,7 +19,8 @@ SetOpt = Annotated[
 
 def run_callbacks(cfg, total_rounds: int, progress: bool, label: str = ""):
     """Progress bar, early stopping and tracking, as the config asks."""
-    from fedcore.progress import EarlyStopping, ProgressCallback
+    from fedcore.engine.callbacks import EarlyStopping
+    from fedcore.reporting.progress import ProgressCallback
 
     cbs = []
     if progress:
@@ -50,8 +51,8 @@ def run(
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
 ) -> None:
     """Run one experiment in-process and write history.csv, metrics.json and model.pt."""
-    from fedcore.compare import comparison_table, load_run
-    from fedcore.config import load_config
+    from fedcore.registries import load_config
+    from fedcore.reporting.compare import comparison_table, load_run
     from fedcore.run import run_experiment
 
     cfg = load_config(config, set_)
@@ -81,38 +82,3 @@ def check_run_dir(out: Path, resume: Path | None) -> None:
     if any((out / "checkpoints").glob("*.pt")):
         raise UserError(f"'{out}' holds an interrupted run; continue it with --resume {out}, "
                         "or choose another --out")
-
-
-def compare(
-    runs: Annotated[list[Path] | None, typer.Argument(help="run directories written by `fedcore run`")] = None,
-    experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment to compare")] = None,
-    by: Annotated[str, typer.Option(help="group rows by this record field")] = "method",
-) -> None:
-    """Table of final metrics across runs (mean ± std over seeds)."""
-    from fedcore.compare import comparison_table, load_run
-    from fedcore.errors import UserError
-
-    if experiment:
-        from fedcore.compare_mlflow import compare_experiment
-
-        compare_experiment(experiment, console)
-        return
-    if not runs:
-        raise UserError("pass run directories (fedcore compare runs/a runs/b) or --experiment NAME")
-    console.print(comparison_table([load_run(p) for p in runs], by=by))
-
-
-def quickstart(
-    out: Annotated[Path, typer.Option("--out", help="where runs and the dataset go")] = Path("runs/quickstart"),
-    rounds: Annotated[int | None, typer.Option(help="override train.rounds")] = None,
-) -> None:
-    """The `make run` job: the local sweep pipeline comparing methods on noisy vs clean digits."""
-    from fedcore.quickstart import run_quickstart
-
-    run_quickstart(out, console, rounds=rounds)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("run")(run)
-    app.command("compare")(compare)
-    app.command("quickstart")(quickstart)

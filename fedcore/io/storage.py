@@ -1,7 +1,7 @@
 """Storage: local paths and s3://bucket/key URIs behind one set of functions.
 
 Every function takes either form, so callers never branch. S3 goes through boto3 (see
-`fedcore._s3` for the environment variables it honours: AWS_*, AWS_ENDPOINT_URL or
+`fedcore.io.s3_client` for the environment variables it honours: AWS_*, AWS_ENDPOINT_URL or
 MLFLOW_S3_ENDPOINT_URL, FEDCORE_S3_*). Uploads store a sha256 in the object metadata and
 downloads verify it. Every local write is atomic: a temp file in the same folder, then
 os.replace, so a reader never sees half a file.
@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
-from fedcore import _s3
-from fedcore._s3 import endpoint_url, is_s3, parse_s3
 from fedcore.errors import StorageError
-from fedcore.fileio import MB, atomic_open, sha256_file
+from fedcore.io import s3_client, s3_objects
+from fedcore.io.files import MB, atomic_open, sha256_file
+from fedcore.io.s3_client import endpoint_url, is_s3, parse_s3
 
 __all__ = [
     "atomic_write", "copy_to", "download_dir", "download_file", "endpoint_url", "exists", "is_s3",
@@ -50,7 +50,7 @@ def atomic_write(path: PathOrUri, mode: str = "wb", encoding: str | None = None)
             local = Path(tmp_dir) / "part"
             with open(local, mode, encoding=encoding) as f:
                 yield f
-            _s3.put_file(local, str(path), 64 * MB, 16 * MB)
+            s3_objects.put_file(local, str(path), 64 * MB, 16 * MB)
         return
     with atomic_open(_local(path), mode, encoding) as f:
         yield f
@@ -109,7 +109,7 @@ def upload_file(local: PathOrUri, uri: str, *, multipart_threshold: int = 64 * M
         dest = _local(uri)
         return str(_copy_local(src, dest / src.name if dest.is_dir() else dest))
     uri = uri + src.name if uri.endswith("/") else uri
-    return _s3.put_file(src, uri, multipart_threshold, chunk_size)
+    return s3_objects.put_file(src, uri, multipart_threshold, chunk_size)
 
 
 def download_file(uri: PathOrUri, local: PathOrUri) -> Path:
@@ -122,14 +122,14 @@ def download_file(uri: PathOrUri, local: PathOrUri) -> Path:
         dest = dest / str(uri).rstrip("/").rsplit("/", 1)[-1]
     if not is_s3(uri):
         return _copy_local(_local(uri), dest)
-    _s3.get_file(str(uri), dest)
+    s3_objects.get_file(str(uri), dest)
     return dest
 
 
 def read_bytes(uri_or_path: PathOrUri) -> bytes:
     """The whole content of a file or object, checked against its stored sha256."""
     if is_s3(uri_or_path):
-        return _s3.get_bytes(str(uri_or_path))
+        return s3_objects.get_bytes(str(uri_or_path))
     path = _local(uri_or_path)
     if not path.is_file():
         raise StorageError(f"no file at '{path}'; check the path")
@@ -139,7 +139,7 @@ def read_bytes(uri_or_path: PathOrUri) -> bytes:
 def write_bytes(uri_or_path: PathOrUri, data: bytes) -> str:
     """Write `data` atomically (a renamed local temp file, or one S3 PUT); returns the destination."""
     if is_s3(uri_or_path):
-        return _s3.put_bytes(str(uri_or_path), data)
+        return s3_objects.put_bytes(str(uri_or_path), data)
     path = _local(uri_or_path)
     with atomic_write(path) as f:
         f.write(data)
@@ -153,11 +153,11 @@ def exists(uri_or_path: PathOrUri) -> bool:
     uri = str(uri_or_path)
     bucket, key = parse_s3(uri)
     if not key.strip("/"):
-        return _s3.bucket_exists(bucket)
-    if _s3.head(uri) is not None:
+        return s3_client.bucket_exists(bucket)
+    if s3_objects.head(uri) is not None:
         return True
-    with _s3.errors(uri, "checking"):
-        resp = _s3.client().list_objects_v2(Bucket=bucket, Prefix=_s3.dir_key(key), MaxKeys=1)
+    with s3_client.errors(uri, "checking"):
+        resp = s3_client.client().list_objects_v2(Bucket=bucket, Prefix=s3_client.dir_key(key), MaxKeys=1)
     return resp.get("KeyCount", 0) > 0
 
 
@@ -171,8 +171,8 @@ def upload_dir(local_dir: PathOrUri, uri_prefix: str) -> list[str]:
         raise StorageError(f"'{root}' is not a directory; pass the folder to upload")
     if is_s3(uri_prefix):
         parse_s3(uri_prefix)
-        _s3.client()  # build the shared client once, before the worker threads need it
-    return _parallel(lambda f: upload_file(f, _s3.join(str(uri_prefix), f.relative_to(root).as_posix())),
+        s3_client.client()  # build the shared client once, before the worker threads need it
+    return _parallel(lambda f: upload_file(f, s3_client.join(str(uri_prefix), f.relative_to(root).as_posix())),
                      _local_files(root))
 
 
@@ -204,17 +204,17 @@ def stage_prefix(uri_prefix: PathOrUri, cache_dir: PathOrUri) -> Path:
 
 def _mirror(uri_prefix: str, target: Path, skip_fresh: bool) -> Path:
     bucket, key = parse_s3(uri_prefix)
-    objects, _ = _s3.list_objects(uri_prefix)
+    objects, _ = s3_objects.list_objects(uri_prefix)
     if not objects:
-        raise StorageError(f"nothing under '{uri_prefix}'; upload the files first (storage.upload_dir)")
+        raise StorageError(f"nothing under '{uri_prefix}'; upload the files first (fedcore.io.upload_dir)")
     manifest = _read_manifest(target) if skip_fresh else {}
 
     def fetch(obj: dict[str, Any]) -> tuple[str, str]:
-        rel = _safe_rel(obj["Key"][len(_s3.dir_key(key)):], obj["Key"])
+        rel = _safe_rel(obj["Key"][len(s3_client.dir_key(key)):], obj["Key"])
         dest = target / rel
         if manifest.get(rel) == obj["ETag"] and dest.is_file() and dest.stat().st_size == obj["Size"]:
             return rel, obj["ETag"]
-        return rel, _s3.get_file(f"s3://{bucket}/{obj['Key']}", dest, size_hint=obj["Size"])["ETag"]
+        return rel, s3_objects.get_file(f"s3://{bucket}/{obj['Key']}", dest, size_hint=obj["Size"])["ETag"]
 
     etags = dict(_parallel(fetch, objects))
     if skip_fresh:
@@ -240,8 +240,8 @@ def list_prefix(uri: PathOrUri) -> list[str]:
         return [str(f) for f in _local_files(path)] if path.is_dir() else []
     uri = str(uri)
     bucket, _ = parse_s3(uri)
-    objects, _ = _s3.list_objects(uri)
-    if not objects and _s3.head(uri) is not None:
+    objects, _ = s3_objects.list_objects(uri)
+    if not objects and s3_objects.head(uri) is not None:
         return [uri]
     return sorted(f"s3://{bucket}/{o['Key']}" for o in objects)
 
@@ -257,7 +257,7 @@ def latest_under(prefix: PathOrUri) -> str | None:
         names = [c.name for c in path.iterdir() if not c.name.startswith(".")] if path.is_dir() else []
         return str(path / max(names)) if names else None
     bucket, _ = parse_s3(str(prefix))
-    objects, prefixes = _s3.list_objects(str(prefix), delimiter="/")
+    objects, prefixes = s3_objects.list_objects(str(prefix), delimiter="/")
     keys = [k.rstrip("/") for k in [o["Key"] for o in objects] + prefixes]
     keys = [k for k in keys if not k.rsplit("/", 1)[-1].startswith(".")]
     return f"s3://{bucket}/{max(keys)}" if keys else None
@@ -271,14 +271,14 @@ def copy_to(src: PathOrUri, dest: PathOrUri) -> str:
             return str(dest)
         return upload_file(src, str(dest))
     src = str(src)
-    if _s3.head(src) is not None:
-        return _s3.copy_object(src, str(dest)) if is_s3(dest) else str(download_file(src, dest))
+    if s3_objects.head(src) is not None:
+        return s3_objects.copy_object(src, str(dest)) if is_s3(dest) else str(download_file(src, dest))
     if not is_s3(dest):
         return str(download_dir(src, dest))
     key = parse_s3(src)[1]
-    objects, _ = _s3.list_objects(src)
+    objects, _ = s3_objects.list_objects(src)
     if not objects:
-        raise _s3.missing(src)
-    rels = [o["Key"][len(_s3.dir_key(key)):] for o in objects]
-    _parallel(lambda r: _s3.copy_object(_s3.join(src, r), _s3.join(str(dest), r)), rels)
+        raise s3_client.missing(src)
+    rels = [o["Key"][len(s3_client.dir_key(key)):] for o in objects]
+    _parallel(lambda r: s3_objects.copy_object(s3_client.join(src, r), s3_client.join(str(dest), r)), rels)
     return str(dest)

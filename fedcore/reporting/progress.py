@@ -1,8 +1,7 @@
-"""Run-time callbacks that are not tracking: a rich progress bar and early stopping."""
+"""The live progress bar of `fedcore run`: a rich callback (early stopping is in `fedcore.engine.callbacks`)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -52,31 +51,3 @@ class ProgressCallback(Callback):
     def on_failure(self, error: BaseException) -> None:
         # Release the live display, so the one-line error is printed after it rather than into it.
         self.progress.stop()
-
-
-class EarlyStopping(Callback):
-    """Stop after `patience` evaluations without a better test score."""
-
-    def __init__(self, patience: int, key: str | None = None) -> None:
-        # key None: test/acc, or test/mAP on multi-label runs (which have no accuracy).
-        self.patience, self.key = patience, key
-        self.best, self.bad = -math.inf, 0
-
-    def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
-        key = self.key or next((k for k in ("test/acc", "test/mAP") if k in metrics), None)
-        if key is None or key not in metrics:
-            return
-        if metrics[key] > self.best:
-            self.best, self.bad = metrics[key], 0
-        else:
-            self.bad += 1
-
-    def should_stop(self) -> bool:
-        return self.patience > 0 and self.bad >= self.patience
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "bad": self.bad}
-
-    def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        if state:
-            self.best, self.bad = state["best"], state["bad"]

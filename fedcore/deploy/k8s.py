@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from fedcore.env import DEFAULT_IMAGE, K8S_NAMESPACE, REQUIRED_FOR_STACK, S3_BUCKET
+from fedcore.deploy.env import DEFAULT_IMAGE, K8S_NAMESPACE, REQUIRED_FOR_STACK, S3_BUCKET
 from fedcore.errors import UserError
 
 OVERLAYS: tuple[str, ...] = ("local", "gpu")
@@ -43,7 +43,7 @@ def k8s_root(start: Path | None = None) -> Path:
     """The repository's `k8s/` directory: searched upward from `start` (default: cwd),
     then next to the installed package (an editable install or a plain checkout)."""
     here = (start or Path.cwd()).resolve()
-    for base in (here, *here.parents, Path(__file__).resolve().parent.parent):
+    for base in (here, *here.parents, Path(__file__).resolve().parents[2]):
         if (base / "k8s" / "base" / "kustomization.yaml").is_file():
             return base / "k8s"
     raise UserError("no k8s/base/kustomization.yaml found: run from a fedcore checkout or pass --k8s-dir")

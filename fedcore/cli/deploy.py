@@ -1,6 +1,6 @@
 """`fedcore deploy ...`: render, check and smoke-test the Kubernetes deployment.
 
-Thin wrappers over `fedcore.deploy`; `fedcore.cli` registers this `app` as `deploy`.
+Thin wrappers over `fedcore.deploy.k8s`; `fedcore.cli` registers this `app` as `deploy`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore import deploy, env
+from fedcore.deploy import env, k8s
 from fedcore.errors import UserError
 
 app = typer.Typer(help="Render, check and smoke-test the Kubernetes deployment (k8s/).", no_args_is_help=True)
@@ -37,18 +37,18 @@ def render_cmd(
     """Print the manifests of one overlay (pipe into `kubectl apply -f -`).
 
     Pods use the project image named by FEDCORE_IMAGE when it is set."""
-    from fedcore.storage import atomic_write
+    from fedcore.io import atomic_write
 
     if out is not None and out.is_dir():
         raise UserError(f"--out '{out}' is a folder; pass a file path such as {out / (overlay.value + '.yaml')}")
-    text = deploy.render(overlay.value, k8s_dir, image=env.image())
+    text = k8s.render(overlay.value, k8s_dir, image=env.image())
     if out is None:
         sys.stdout.write(text)
         return
     # Atomic (and creates missing parent folders): a failed write never leaves half a manifest.
     with atomic_write(out, "w", encoding="utf-8") as f:
         f.write(text)
-    typer.echo(f"wrote {out} ({len(deploy.load_objects(text))} objects)", err=True)
+    typer.echo(f"wrote {out} ({len(k8s.load_objects(text))} objects)", err=True)
 
 
 @app.command("check")
@@ -62,10 +62,10 @@ def check_cmd(
     k8s_dir: K8sDirOpt = None,
 ) -> None:
     """Render overlays, validate every object strictly and apply the security policy."""
-    versions = k8s_version or list(deploy.K8S_VERSIONS)
+    versions = k8s_version or list(k8s.K8S_VERSIONS)
     failed = False
     for item in overlay or list(Overlay):
-        problems = deploy.check(item.value, versions, k8s_dir)
+        problems = k8s.check(item.value, versions, k8s_dir)
         typer.echo(f"{item.value}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
         for problem in problems:
             typer.echo(f"  {problem}")
@@ -79,7 +79,7 @@ def smoke_cmd(
     require_gpu: Annotated[bool, typer.Option("--require-gpu", help="fail unless CUDA sees a device")] = False,
 ) -> None:
     """Check from inside a pod that MLflow, the bucket and the cache are usable."""
-    problems = deploy.smoke(require_gpu)
+    problems = k8s.smoke(require_gpu)
     for problem in problems:
         typer.echo(f"FAIL {problem}")
     if problems:

@@ -72,8 +72,8 @@ def _record(row: Any) -> dict[str, Any] | None:
 def compare_experiment(experiment: str, console: Console, uri: str | None = None,
                        out_dir: str | Path = "runs") -> Path:
     """Print the table of `experiment` and write its bar chart; returns the PNG path."""
-    from fedcore.compare import comparison_table, group_records, mean_std
-    from fedcore.plots import compare_figure, save
+    from fedcore.reporting.compare import comparison_table, group_records, mean_std
+    from fedcore.reporting.plots import compare_figure, save
 
     records = load_records(experiment, uri)
     if not records:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fedcore.train.foptim import StackedAdam, StackedSGD, make_stacked_optimizer
+from fedcore.engine.foptim import StackedAdam, StackedSGD, make_stacked_optimizer
 
 
 def _grads(step, shapes, k):

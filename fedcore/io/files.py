@@ -1,4 +1,4 @@
-"""Local file primitives shared by storage, checkpoints, run outputs and dataset artifacts.
+"""Local file primitives shared by `fedcore.io.storage`, checkpoints, run outputs and dataset artifacts.
 
 One place decides how a finished file lands: written to a temp file beside it, fsynced,
 given the permissions a plain open() would give (temp files are created 0600, which would

@@ -1,4 +1,4 @@
-"""The quickstart (`make run`): the local `sweep` pipeline on noisy digits, plus a clean-label setting.
+"""`fedcore quickstart` (`make run`): the local `sweep` pipeline on noisy digits, plus a clean-label setting.
 
 It runs the very pipeline object `fedcore pipeline submit sweep` sends to a cluster, under
 kfp.local: one prepared dataset per noise setting shared by every method, each run
@@ -8,10 +8,15 @@ tracked in an embedded MLflow store under the run dir.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from rich.console import Console
 
-from fedcore.errors import ConfigError
+from fedcore.cli.console import make_console
+from fedcore.cli.pipeline import find_config, load_pipeline_config, local_resources, print_result
+
+console = make_console()
 
 # Every single-label method: each takes 5-15 s of one core on the quickstart budget.
 # (fedharmony is multi-label and has its own digits_mosaic preset.)
@@ -20,18 +25,8 @@ QUICKSTART_METHODS = ("fedavg", "fedprox", "symmetric_ce", "coteaching", "fednor
 CLEAN = ["noise.type=none"]
 
 
-def find_config(name: str = "quickstart.yaml") -> Path:
-    """configs/<name> from the working directory or the source checkout."""
-    for base in (Path.cwd(), Path(__file__).resolve().parents[1]):
-        p = base / "configs" / name
-        if p.is_file():
-            return p
-    raise ConfigError(f"configs/{name} not found; run from the fedcore checkout")
-
-
 def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str, ...] = QUICKSTART_METHODS):
     """(config, sweep pipeline): methods x {the config's noise, clean labels}, one seed."""
-    from fedcore.cli_pipeline import load_pipeline_config, local_resources
     from fedcore.methods.registry import available_methods
     from fedcore.pipeline.plan import SweepSpec
     from fedcore.pipeline.resources import PipelineResources
@@ -50,7 +45,6 @@ def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str
 
 def run_quickstart(out: Path, console: Console, rounds: int | None = None,
                    methods: tuple[str, ...] = QUICKSTART_METHODS) -> object:
-    from fedcore.cli_pipeline import print_result
     from pipelines.runner import run_local
 
     cfg, pipeline = quickstart_pipeline(out, rounds, methods)
@@ -59,3 +53,11 @@ def run_quickstart(out: Path, console: Console, rounds: int | None = None,
     result = run_local(pipeline, out)
     print_result("sweep", result, cfg, out, console)
     return result
+
+
+def quickstart(
+    out: Annotated[Path, typer.Option("--out", help="where runs and the dataset go")] = Path("runs/quickstart"),
+    rounds: Annotated[int | None, typer.Option(help="override train.rounds")] = None,
+) -> None:
+    """The `make run` job: the local sweep pipeline comparing methods on noisy vs clean digits."""
+    run_quickstart(out, console, rounds=rounds)

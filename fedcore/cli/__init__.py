@@ -1,0 +1,75 @@
+"""The `fedcore` command line (typer): `app` with every command group registered, and `main`.
+
+Each group lives in its own module of this package (config, data, pipeline, deploy, run,
+compare, quickstart) and imports its heavy dependencies inside the command, so
+`fedcore --help` stays fast. `fedcore.cli:main` is the console-script entry point and what
+`python -m fedcore` runs. User errors print one line on stderr and exit with code 2;
+bugs keep their traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, run
+from fedcore.cli.console import make_console
+from fedcore.errors import UserError
+
+app = typer.Typer(
+    name="fedcore",
+    help="Federated learning under noisy labels: data, training, pipelines, deployment.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err_console = make_console(stderr=True)
+
+app.add_typer(config.app, name="config")
+app.add_typer(data.app, name="data")
+app.add_typer(pipeline.app, name="pipeline")
+app.add_typer(deploy.app, name="deploy")
+app.command("run")(run.run)
+app.command("compare")(compare.compare)
+app.command("quickstart")(quickstart.quickstart)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the typer app, turning user errors into one line and exit code 2."""
+    try:
+        # Without standalone mode click *returns* the code of a `typer.Exit(n)` (deploy check/smoke
+        # failing) instead of exiting with it; dropping it would make a failed check exit 0.
+        code = app(args=argv, standalone_mode=False)
+    except UserError as err:
+        err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except Exception as err:
+        usage, exits = _click_error_types()
+        if isinstance(err, usage):  # unknown command or option, missing argument, bad value
+            err.show()
+            sys.exit(2)
+        if isinstance(err, exits):
+            sys.exit(err.exit_code)
+        raise
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _click_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(usage-error, exit) exception classes of click and of the click copy that newer typer
+    releases vendor as `typer._click`; either may raise, and neither subclasses the other."""
+    usage: list[type] = []
+    exits: list[type] = [typer.Exit]
+    for name in ("click.exceptions", "typer._click.exceptions"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        usage += [mod.ClickException] if hasattr(mod, "ClickException") else []
+        exits += [mod.Exit] if hasattr(mod, "Exit") else []
+    return tuple(usage), tuple(exits)

@@ -1,0 +1,31 @@
+"""`fedcore compare`: the table of final metrics across run dirs, or across an MLflow experiment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedcore.cli.console import make_console
+
+console = make_console()
+
+
+def compare(
+    runs: Annotated[list[Path] | None, typer.Argument(help="run directories written by `fedcore run`")] = None,
+    experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment to compare")] = None,
+    by: Annotated[str, typer.Option(help="group rows by this record field")] = "method",
+) -> None:
+    """Table of final metrics across runs (mean ± std over seeds)."""
+    from fedcore.errors import UserError
+    from fedcore.reporting.compare import comparison_table, load_run
+
+    if experiment:
+        from fedcore.reporting.compare_mlflow import compare_experiment
+
+        compare_experiment(experiment, console)
+        return
+    if not runs:
+        raise UserError("pass run directories (fedcore compare runs/a runs/b) or --experiment NAME")
+    console.print(comparison_table([load_run(p) for p in runs], by=by))

@@ -1,0 +1,56 @@
+"""`fedcore config methods|show`: the methods and their params, and a resolved config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedcore.cli.console import make_console
+from fedcore.errors import UserError
+
+app = typer.Typer(help="Inspect experiment configs.", no_args_is_help=True)
+console = make_console()
+
+ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml")]
+SetOpt = Annotated[
+    list[str] | None, typer.Option("--set", "-s", help="dotted override, e.g. noise.rate.max=0.9 (repeatable)")
+]
+
+
+@app.command("methods")
+def config_methods(
+    name: Annotated[str | None, typer.Argument(help="a method: list its params (method.params.*)")] = None,
+) -> None:
+    """List the methods, or one method's params with their types, defaults and meaning."""
+    from rich.table import Table
+
+    from fedcore.methods.registry import available_methods, describe_params, summary_line
+
+    if name is None:
+        table = Table("method.name", "what it is")
+        for m in available_methods():
+            table.add_row(m, summary_line(m))
+    else:
+        table = Table("method.params.", "type", "default", "meaning", title=f"{name}: {summary_line(name)}")
+        for row in describe_params(name):
+            table.add_row(*row)
+    console.print(table)
+
+
+@app.command("show")
+def config_show(
+    config: ConfigArg,
+    set_: SetOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="yaml or json")] = "yaml",
+) -> None:
+    """Print the resolved config (defaults filled in, overrides applied) and its hash."""
+    from fedcore.registries import load_config
+
+    if fmt not in ("yaml", "json"):  # anything else used to print JSON silently
+        raise UserError(f"--format '{fmt}' is not supported; pass --format yaml or --format json")
+    cfg = load_config(config, set_)
+    text = cfg.to_yaml() if fmt == "yaml" else cfg.model_dump_json(indent=2)
+    console.print(text, markup=False, highlight=False)
+    console.print(f"# config_hash: {cfg.config_hash()}", markup=False, highlight=False)
