@@ -133,7 +133,7 @@ class TrainConfig(Strict):
     cohort_chunk: int | None = Field(
         None, ge=1, description="batched executor: clients trained together at most; bounds memory to "
         "O(chunk x model + data). Default: at most 64, fewer when 1 GiB of stacked weights, gradients "
-        "and optimizer state or (on the CPU) 64 MiB of a step's activations would not hold them"
+        "and optimizer state or a step's activations (64 MiB on the CPU, 2 GiB on CUDA) would not hold them"
     )
     local_memorization: bool = Field(
         False, description="also score each trained client's local model on its own noisy samples every round "
