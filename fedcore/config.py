@@ -134,6 +134,15 @@ class TrainConfig(Strict):
     early_stop_patience: Int = Field(0, ge=0, description="evaluations without improvement; 0 = off")
     augment: Literal["none", "weak"] = Field("none", description="augmentation for plain local training")
     memorization: bool = Field(True, description="score memorization of noisy training labels at eval")
+    executor: Literal["auto", "sequential", "batched"] = Field(
+        "auto", description="how a round's clients train: batched = stacked in one computation (the method must "
+        "support it), sequential = one after another, auto = batched wherever the method supports it"
+    )
+    cohort_chunk: int | None = Field(
+        None, ge=1, description="batched executor: clients trained together at most; bounds memory to "
+        "O(chunk x model + data). Default: at most 64, fewer when 1 GiB of stacked weights, gradients "
+        "and optimizer state or a step's activations (64 MiB on the CPU, 2 GiB on CUDA) would not hold them"
+    )
     local_memorization: bool = Field(
         False, description="also score each trained client's local model on its own noisy samples every round "
         "(train/local_memorization; one forward pass over them)"

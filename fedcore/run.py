@@ -12,6 +12,7 @@ import io
 import json
 import re
 import signal
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import torch
 from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import FederatedDataset
+from fedcore.engine.batched import make_executor
 from fedcore.engine.callbacks import Callback
 from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
 from fedcore.engine.distributed import DistInfo, DistributedExecutor, from_main, main_first
@@ -122,6 +124,10 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
     method = build_method(cfg)
     _check_stages(method, stages)
     state = method.init(ctx)
+    # Ranks train their shares sequentially: that keeps an N-process run bit-identical to a
+    # sequential one-process run (batched stacks would round differently per share).
+    executor = (DistributedExecutor(dist, SequentialExecutor()) if dist
+                else make_executor(cfg.train.executor, method, cfg.train.cohort_chunk))
     clients_state = ClientStateStore(fed.num_clients)
     cbs = list(callbacks)
     ckpt = Checkpointer(out / "checkpoints", cfg.resume_hash(), cbs)
@@ -137,7 +143,11 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
                           loss_probe=cfg.train.loss_probe, seed=cfg.seed)
     # run_dir_lock (rank 0's) created `out`, and removes it again if bad input leaves it empty.
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
-            "resumed_from": Path(resume) if resume is not None else None, "data_sha256": fed.sha256, "fed": fed}
+            "resumed_from": Path(resume) if resume is not None else None, "data_sha256": fed.sha256, "fed": fed,
+            "executor": executor.name}
+    if dist is None or dist.is_main:
+        print(f"fedcore run: {cfg.method.name} on {device}, executor {executor_label(executor, cfg, dist)}",
+              file=sys.stderr, flush=True)
     try:
         # Inside the try: a tracking run opened here and then failing (e.g. its artifact store
         # is unreachable) is ended FAILED by on_failure instead of staying RUNNING; so is one
@@ -145,7 +155,7 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
         for cb in cbs:
             cb.on_run_start(info)
         state, summary = _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages,
-                                out, dist)
+                                out, dist, executor)
         for cb in cbs:
             cb.on_run_end(summary, out)
     except BaseException as err:
@@ -155,20 +165,29 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
     return RunResult(out, summary, loop_state.history, state)
 
 
-def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out, dist):
+def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out, dist,
+           executor):
     local = cfg.train.local_memorization and fed.task == "single"
     main = dist is None or dist.is_main
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
         clients_state, cbs, evaluator=evaluator, scorer=Scorer(fed), eval_every=cfg.train.eval_every,
-        checkpoint=ckpt.save if main else None, checkpoint_every=cfg.train.checkpoint_every,
-        executor=DistributedExecutor(dist, SequentialExecutor()) if dist else None,
+        checkpoint=ckpt.save if main else None, checkpoint_every=cfg.train.checkpoint_every, executor=executor,
         client_scorer=LocalMemorization(fed, ctx.device, ctx.store) if local else None,
     )
     state = loop.run(state, loop_state, only=stages)
     if not main:
         return state, summarize(loop_state.history, fed.task)
-    return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras)
+    return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras,
+                                executor.name)
+
+
+def executor_label(executor: Any, cfg: ExperimentConfig, dist: DistInfo | None = None) -> str:
+    """e.g. 'batched (train.executor=auto, cohort_chunk=64)'."""
+    if dist is not None:
+        return f"distributed over {dist.world} processes, sequential on each (train.executor={cfg.train.executor})"
+    chunk = f", cohort_chunk={cfg.train.cohort_chunk or 'auto'}" if executor.name == "batched" else ""
+    return f"{executor.name} (train.executor={cfg.train.executor}{chunk})"
 
 
 def _check_stages(method: Any, stages: Sequence[str] | None) -> None:
@@ -196,7 +215,7 @@ def summarize(history: list[dict[str, Any]], task: str) -> dict[str, float]:
 
 def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, method: Any, state: ServerState,
                   history: list[dict[str, Any]], evaluator: Evaluator,
-                  extras: dict[str, Any] | None = None) -> dict[str, float]:
+                  extras: dict[str, Any] | None = None, executor: str | None = None) -> dict[str, float]:
     """Final artifacts; `extras` are the method's latest `Estimates.extra` (e.g. descriptor scatter)."""
     summary = summarize(history, fed.task)
     buf = io.BytesIO()
@@ -213,7 +232,7 @@ def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, metho
         atomic_write_bytes(out / "estimates.json", json.dumps(_finite(_plain(extras)), indent=2).encode())
     # Last: its presence is what marks the run finished (`fedcore run` refuses to overwrite it).
     record = {"method": cfg.method.name, "seed": cfg.seed, "config_hash": cfg.config_hash(),
-              "data_sha256": fed.sha256, "rounds": state.rnd, "summary": summary}
+              "data_sha256": fed.sha256, "rounds": state.rnd, "executor": executor, "summary": summary}
     atomic_write_bytes(out / "metrics.json", json.dumps(_finite(record), indent=2).encode())
     return summary
 

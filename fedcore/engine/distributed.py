@@ -152,12 +152,21 @@ def _task_cost(task: Any) -> float:
 class DistributedExecutor:
     """Trains this rank's share of the tasks with `inner`, then gathers every rank's results."""
 
+    name = "distributed"
+
     def __init__(self, info: DistInfo, inner: Any, cost: Callable[[Any], float] = _task_cost) -> None:
         self.info, self.inner, self.cost = info, inner, cost
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+        return self._gather(tasks, lambda share: self.inner.map(fn, share))
+
+    def run_clients(self, method: Any, tasks: Sequence[Any]) -> list[Any]:
+        """This rank's share through the inner executor's local training, then every rank's updates."""
+        return self._gather(tasks, lambda share: self.inner.run_clients(method, share))
+
+    def _gather(self, tasks: Sequence[Any], run: Callable[[list[Any]], list[Any]]) -> list[Any]:
         shares = shard([self.cost(t) for t in tasks], self.info.world)
-        mine = self.inner.map(fn, [tasks[i] for i in shares[self.info.rank]])
+        mine = run([tasks[i] for i in shares[self.info.rank]])
         # Objects travel pickled; tensors go through the CPU so no rank receives another's GPU.
         gathered: list[Any] = [None] * self.info.world
         dist.all_gather_object(gathered, to_device(list(mine), torch.device("cpu")))

@@ -78,7 +78,8 @@ class RoundLoop:
             old = self.store.get(u.cid)
             new = dict(old if u.state is None else u.state)
             if prefixes and u.params is not None:
-                new[PERSONAL] = {k: v for k, v in u.params.items() if k.startswith(prefixes)}
+                # Copies: an update's tensors may be views into a larger buffer (a batched stack).
+                new[PERSONAL] = {k: v.clone() for k, v in u.params.items() if k.startswith(prefixes)}
             elif PERSONAL in old:
                 new[PERSONAL] = old[PERSONAL]
             self.store.put(u.cid, new)
@@ -98,7 +99,7 @@ class RoundLoop:
             cohort = list(range(len(self.ctx.clients)))
         else:
             cohort = self.sampler.sample(state.rnd)
-        updates = self.executor.map(self.method.client_update, self._tasks(state, cohort, plan.instructions))
+        updates = self.executor.run_clients(self.method, self._tasks(state, cohort, plan.instructions))
         self._keep_client_state(updates)
         state, result = self.method.server_update(state, plan, updates)
         state = state.replace(rnd=state.rnd + 1, stage_round=state.stage_round + 1)

@@ -36,6 +36,26 @@ class DataView(Protocol):
 
 
 @dataclass(frozen=True)
+class OptimSpec:
+    """A client's local optimizer and budget (the sequential loop and the batched executor read it)."""
+
+    kind: str = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    epochs: int = 1
+    steps: int | None = None
+    batch_size: int = 32
+
+    @classmethod
+    def from_train(cls, train, **overrides) -> OptimSpec:  # train: fedcore.config.TrainConfig
+        base = dict(kind=train.optimizer, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay,
+                    epochs=train.local_epochs, steps=train.local_steps, batch_size=train.batch_size)
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+
+@dataclass(frozen=True)
 class Stage:
     """A named phase with its own round budget.
 

@@ -3,13 +3,26 @@
 It implements the engine contract with small hooks, so FedAvg overrides nothing and
 FedProx overrides one hook:
 
+    prepare_local(task)            client work before local training that may use any model (e.g. relabeling)
     targets(task)                  working labels for this client (relabeled ones live in client state)
     loss(model, batch, task)       the local objective on one batch (default: CE or BCE)
     regularizer(model, task)       an extra term added to the loss (default: none)
     before_local(task)             per-round client setup; returns a dict passed along as task extras
-    after_local(task, extras)      -> (uploads, new client state)
+    after_local(task, extras)      -> (uploads, new client state); self.model holds the trained params
     aggregate(state, updates)      -> new global params (default: FedAvg by sample count)
     summarize(state, plan, updates, params) -> (extra, RoundMetrics)
+
+Batched training (`fedcore.engine.batched`) asks for the same local step in functional
+form, over a stack of K clients (`StackedStep`: params (K, ...), batch fields (K, B, ...)):
+
+    batched_loss(step)             per-sample losses (K * B,) whose client means are `loss` (default: CE or BCE)
+    batched_regularizer(step)      (K,) per-client values of `regularizer`, or None
+    batched_samples/consts/static(task, extras)  per-sample fields, per-client tensors, Python settings
+    batched_inputs(task, extras)   pos -> per-sample fields drawn on the host (default: from make_x)
+
+A class that overrides `loss`, `regularizer` or `after_step` below the class that defines
+the batched counterpart, or that builds its own optimizer, trains sequentially
+(`batched_support` says why), so a method opts in only by writing the functional form.
 """
 
 from __future__ import annotations
@@ -21,6 +34,8 @@ import torch
 from torch import nn
 
 from fedcore.config import ExperimentConfig
+from fedcore.engine.batched import model_support
+from fedcore.engine.program import LocalProgram, StackedStep
 from fedcore.engine.types import (
     ClientTask,
     ClientUpdate,
@@ -36,6 +51,18 @@ from fedcore.models import build_model
 from fedcore.train import losses
 from fedcore.train.local import Batch, OptimSpec, train_local
 from fedcore.train.params import get_params, load_params_, weighted_average
+
+_BATCHED_TWINS = (("loss", "batched_loss"), ("regularizer", "batched_regularizer"),
+                  ("after_step", "batched_after_step"), ("make_x", "batched_inputs"))
+
+
+# Hooks that run before local training and may read self.model (with the task's params loaded).
+_READ_MODEL = ("prepare_local", "targets", "before_local")
+
+
+def _owner(cls: type, name: str) -> type:
+    """The class in cls's MRO that defines attribute `name`."""
+    return next(c for c in cls.__mro__ if name in c.__dict__)
 
 
 class StagedMethod:
@@ -73,23 +100,40 @@ class StagedMethod:
         return RoundPlan(stage=state.stage)
 
     def client_update(self, task: ClientTask) -> ClientUpdate:
-        load_params_(self.model, task.params)
-        labels = self.targets(task)
-        extras = self.before_local(task)
-        task_extras = {**extras, "labels": labels}
+        extras = self.start_local(task)
 
         def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
-            return self.loss(model, batch, task, task_extras) + self.regularizer(model, batch, task, task_extras)
+            return self.loss(model, batch, task, extras) + self.regularizer(model, batch, task, extras)
 
         stats = train_local(
-            self.model, task.data, labels, loss_fn, self.optim_spec(task), task.gen,
-            make_x=self.make_x(task), after_step=self.after_step(task, task_extras),
+            self.model, task.data, extras["labels"], loss_fn, self.optim_spec(task), task.gen,
+            make_x=self.make_x(task), after_step=self.after_step(task, extras),
             optimizer=self.local_optimizer(task),
         )
-        uploads, new_state = self.after_local(task, task_extras)
+        return self.finish_local(task, extras, None, stats)
+
+    def start_local(self, task: ClientTask, load: bool = True) -> dict[str, Any]:
+        """Everything before the optimizer loop, shared by the sequential and batched paths.
+
+        load=False skips putting task.params into self.model (the batched path, when no hook
+        that runs here can read the model)."""
+        pre = self.prepare_local(task)
+        if load:
+            load_params_(self.model, task.params)
+        labels = self.targets(task)
+        extras = self.before_local(task)
+        metrics = {**pre.get("metrics", {}), **extras.get("metrics", {})}
+        return {**pre, **extras, "labels": labels, **({"metrics": metrics} if metrics else {})}
+
+    def finish_local(self, task: ClientTask, extras: dict[str, Any], params: Params | None,
+                     stats: dict[str, float]) -> ClientUpdate:
+        """The ClientUpdate after training; params None = they are in self.model (sequential path)."""
+        if params is not None and _owner(type(self), "after_local") is not StagedMethod:
+            load_params_(self.model, params)  # after_local may read the trained model
+        uploads, new_state = self.after_local(task, extras)
         return ClientUpdate(
-            cid=task.cid, num_examples=task.data.n, params=get_params(self.model), uploads=uploads,
-            metrics={**stats, **task_extras.get("metrics", {})}, state=new_state,
+            cid=task.cid, num_examples=task.data.n, params=params if params is not None else get_params(self.model),
+            uploads=uploads, metrics={**stats, **extras.get("metrics", {})}, state=new_state,
         )
 
     def server_update(
@@ -104,6 +148,10 @@ class StagedMethod:
         return self.model.eval()
 
     # -- hooks ------------------------------------------------------------------------------
+    def prepare_local(self, task: ClientTask) -> dict[str, Any]:
+        """Client work before local training (it may load any model); the dict joins the extras."""
+        return {}
+
     def targets(self, task: ClientTask) -> torch.Tensor:
         relabeled = task.state.get("labels")
         return relabeled if relabeled is not None else task.data.labels
@@ -114,10 +162,10 @@ class StagedMethod:
     def loss(self, model: nn.Module, batch: Batch, task: ClientTask, extras: dict[str, Any]) -> torch.Tensor:
         return self.base_loss(model(batch.x), batch.y)
 
-    def base_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def base_loss(self, logits: torch.Tensor, y: torch.Tensor, reduction: losses.Reduction = "mean") -> torch.Tensor:
         if self.ctx is not None and self.ctx.task == "multi":
-            return losses.bce(logits, y.float())
-        return losses.ce(logits, y)
+            return losses.bce(logits, y.float(), reduction)
+        return losses.ce(logits, y, reduction)
 
     def regularizer(self, model: nn.Module, batch: Batch, task: ClientTask, extras: dict[str, Any]) -> torch.Tensor:
         return torch.zeros((), device=batch.x.device)
@@ -150,6 +198,72 @@ class StagedMethod:
     def optim_spec(self, task: ClientTask) -> OptimSpec:
         lr = task.instructions.get("lr") if task.instructions else None
         return OptimSpec.from_train(self.cfg.train, lr=lr)
+
+    # -- batched local training (fedcore.engine.batched) -----------------------------------------
+    def batched_support(self) -> str | None:
+        """None when this method's local step can train batched, else the reason it cannot
+        (its hooks, then its model once built)."""
+        cls = type(self)
+        for seq, fn in _BATCHED_TWINS:
+            if _owner(cls, seq) is not _owner(cls, fn) and issubclass(_owner(cls, seq), _owner(cls, fn)):
+                return f"it overrides {seq}() without {fn}()"
+        for own in ("local_optimizer", "client_update"):
+            if _owner(cls, own) is not StagedMethod:
+                return f"it overrides {own}()"
+        return model_support(self.model) if self.model is not None else None
+
+    def local_program(self, task: ClientTask) -> LocalProgram | None:
+        """The client's local run for the batched executor (the same steps as client_update)."""
+        cls = type(self)
+        extras = self.start_local(task, load=any(_owner(cls, h) is not StagedMethod for h in _READ_MODEL))
+        if getattr(self, "_stack_keys", None) is None:  # the model's entries never change after init
+            self._stack_keys = (list(self.model.state_dict()),
+                                tuple(n for n, p in self.model.named_parameters() if p.requires_grad))
+        keys, trainable = self._stack_keys
+        return LocalProgram(
+            data=task.data, gen=task.gen, spec=self.optim_spec(task), params={k: task.params[k] for k in keys},
+            trainable=trainable,
+            model=self.model, loss=self.batched_loss, regularizer=self.batched_regularizer,
+            after_step=self.batched_after_step(task, extras),
+            finish=lambda params, stats, consts: self.finish_local(task, {**extras, "batched_consts": consts},
+                                                                   params, stats),
+            samples={"y": extras["labels"], **self.batched_samples(task, extras)},
+            consts=self.batched_consts(task, extras), static=self.batched_static(task, extras),
+            inputs=self.batched_inputs(task, extras),
+        )
+
+    def batched_loss(self, step: StackedStep) -> torch.Tensor:
+        """Per-sample twin of `loss` over the stack: (K * B,) values whose per-client means are the loss."""
+        logits = step.net(step.params, step.batch["x"])
+        return self.base_loss(step.flat(logits), step.flat(step.batch["y"]), reduction="none")
+
+    def batched_regularizer(self, step: StackedStep) -> torch.Tensor | None:
+        """Twin of `regularizer`: (K,) per-client terms added to each client's batch loss, or None."""
+        return None
+
+    def batched_after_step(self, task: ClientTask, extras: dict[str, Any]):
+        """Twin of `after_step`: a function (params, consts, static) -> updated consts on the
+        stacked (K, ...) tensors, or None. Share one function across clients (a bound method): the
+        engine only stacks clients whose hooks are the same object; per-client values go in consts.
+        The client's final consts reach `after_local` as extras["batched_consts"]."""
+        return None
+
+    def batched_samples(self, task: ClientTask, extras: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Per-sample tensors (n, ...) in local order besides the labels "y"."""
+        return {}
+
+    def batched_consts(self, task: ClientTask, extras: dict[str, Any]) -> dict[str, Any]:
+        """Per-client tensors (or dicts of them) the batched loss reads; shapes equal across clients."""
+        return {}
+
+    def batched_static(self, task: ClientTask, extras: dict[str, Any]) -> dict[str, Any]:
+        """Hashable Python settings the batched loss branches on; clients differing here train apart."""
+        return {}
+
+    def batched_inputs(self, task: ClientTask, extras: dict[str, Any]):
+        """pos -> per-sample fields drawn on the host (default: "x" from make_x), or None = plain x."""
+        make_x = self.make_x(task)
+        return None if make_x is None else (lambda pos: {"x": make_x(pos)})
 
     def aggregate(
         self, state: ServerState, updates: Sequence[ClientUpdate], weights: Sequence[float] | None = None

@@ -198,17 +198,8 @@ class FedCorr(StagedMethod):
         report["labels"] = labels
         return report
 
-    def client_update(self, task: ClientTask) -> ClientUpdate:
-        report = self._correct(task)
-        update = super().client_update(task)
-        update.uploads.update(report)
-        if task.stage == "preprocess":
-            logits = predict_client(self.model, task.data)
-            labels = self.targets(task)
-            update.uploads["lid"] = float(lid_mle(F.softmax(logits, -1).cpu().numpy(), self.params.lid_k).mean())
-            update.state["loss"] = F.cross_entropy(logits, labels, reduction="none").cpu().numpy()
-            update.state.pop("loss_level", None)  # new losses: the next visit refits
-        return update
+    def prepare_local(self, task: ClientTask) -> dict[str, Any]:
+        return {"report": self._correct(task)}
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
         weight = self.params.beta * task.state.get("level", 0.0) if task.instructions.get("prox") else 0.0
@@ -230,7 +221,51 @@ class FedCorr(StagedMethod):
         return adaptive_proximal(list(model.parameters()), extras["anchors"], extras["prox"])
 
     def after_local(self, task, extras):
-        return {}, dict(task.state)
+        uploads, state = dict(extras["report"]), dict(task.state)
+        if task.stage == "preprocess":  # score the own data with the trained local model
+            logits = predict_client(self.model, task.data)
+            labels = self.targets(task)
+            uploads["lid"] = float(lid_mle(F.softmax(logits, -1).cpu().numpy(), self.params.lid_k).mean())
+            state["loss"] = F.cross_entropy(logits, labels, reduction="none").cpu().numpy()
+            state.pop("loss_level", None)  # new losses: the next visit refits
+        return uploads, state
+
+    # -- batched twins: mixup draws on the host, per client, in `loss`'s order (lam, 1 - lam as its floats)
+    def batched_static(self, task, extras) -> dict[str, Any]:
+        return {"mixup": self.params.mixup_alpha > 0 and task.data.n >= 2, "prox": bool(extras["prox"])}
+
+    def batched_consts(self, task, extras) -> dict[str, Any]:
+        return {"prox": torch.tensor(extras["prox"], device=extras["labels"].device)} if extras["prox"] else {}
+
+    def batched_inputs(self, task, extras):
+        if not self.batched_static(task, extras)["mixup"]:
+            return super().batched_inputs(task, extras)
+        a, data, labels, make_x = self.params.mixup_alpha, task.data, extras["labels"], self.make_x(task)
+
+        def inputs(pos: torch.Tensor) -> dict[str, torch.Tensor]:
+            x, y = (make_x(pos) if make_x is not None else data.x(pos)), labels[pos]
+            lam = float(task.rng.beta(a, a))
+            perm = torch.randperm(len(y), generator=task.gen).to(y.device)
+            x, y_b = losses.mixup_inputs(x, y, lam, perm)
+            return {"x": x, "y_b": y_b, "lam": torch.full((len(y),), lam, device=y.device),
+                    "lam_b": torch.full((len(y),), 1.0 - lam, device=y.device)}
+
+        return inputs
+
+    def batched_loss(self, step) -> torch.Tensor:
+        b = {k: step.flat(v) for k, v in step.batch.items() if k != "x"}
+        logits = step.flat(step.net(step.params, step.batch["x"]))
+        if not step.static["mixup"]:
+            return losses.ce(logits, b["y"], reduction="none")
+        return b["lam"] * losses.ce(logits, b["y"], reduction="none") \
+            + b["lam_b"] * losses.ce(logits, b["y_b"], reduction="none")
+
+    def batched_regularizer(self, step) -> torch.Tensor | None:
+        if not step.static["prox"]:
+            return None
+        names = [n for n, _ in self.model.named_parameters()]
+        diffs = torch.cat([(step.params[n] - step.start[n]).flatten(1) for n in names], 1)  # (K, P)
+        return step.consts["prox"] * torch.linalg.vector_norm(diffs, dim=1)  # adaptive_proximal per row
 
     # -- server --------------------------------------------------------------------------------
     def summarize(self, state, plan, updates, params):

@@ -67,10 +67,18 @@ def noise_aware_loss(
     """
     if teacher_logits is None or w_kd <= 0.0:
         return losses.la_ce(logits, y, log_prior, tau)
+    return kd_per_sample(logits, y, log_prior, tau, teacher_logits, w_kd, T, kd_mask).mean()
+
+
+def kd_per_sample(
+    logits: torch.Tensor, y: torch.Tensor, log_prior: torch.Tensor, tau: float, teacher_logits: torch.Tensor,
+    w_kd: float | torch.Tensor, T: float, kd_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-sample LA-KD (LA-CE outside kd_mask): the terms `noise_aware_loss` averages. -> (B,)"""
     kd = losses.la_kd(logits, teacher_logits, y, log_prior, w_kd, T=T, tau=tau, reduction="none")
     if kd_mask is None:
-        return kd.mean()
-    return torch.where(kd_mask, kd, losses.la_ce(logits, y, log_prior, tau, reduction="none")).mean()
+        return kd
+    return torch.where(kd_mask, kd, losses.la_ce(logits, y, log_prior, tau, reduction="none"))
 
 
 class NoiseAwareMethod(StagedMethod):
@@ -111,6 +119,30 @@ class NoiseAwareMethod(StagedMethod):
             mask = extras["kd_mask"][batch.pos] if extras["kd_mask"] is not None else None
         return noise_aware_loss(logits, batch.y, extras["log_prior"], tau, teacher, extras["w_kd"],
                                 self.params.kd_T, mask)
+
+    # batched twin of `loss`: the teacher is the model the client started from (step.start)
+    def batched_static(self, task, extras) -> dict[str, Any]:
+        return {"kd": extras["w_kd"] > 0}
+
+    def batched_consts(self, task, extras) -> dict[str, Any]:
+        consts = {"log_prior": extras["log_prior"]}
+        if extras["w_kd"] > 0:
+            consts["w_kd"] = torch.tensor(extras["w_kd"], device=extras["log_prior"].device)
+        return consts
+
+    def batched_samples(self, task, extras) -> dict[str, torch.Tensor]:
+        return {"kd_mask": extras["kd_mask"]} if extras["w_kd"] > 0 and extras["kd_mask"] is not None else {}
+
+    def batched_loss(self, step) -> torch.Tensor:
+        tau = self.params.tau_la if self.params.la else 0.0
+        x, y, prior = step.batch["x"], step.flat(step.batch["y"]), step.each(step.consts["log_prior"])
+        logits = step.flat(step.net(step.params, x))
+        if not step.static["kd"]:
+            return losses.la_ce(logits, y, prior, tau, reduction="none")
+        with torch.no_grad():
+            teacher = step.flat(step.net(step.start, x))
+        mask = step.flat(step.batch["kd_mask"]) if "kd_mask" in step.batch else None
+        return kd_per_sample(logits, y, prior, tau, teacher, step.each(step.consts["w_kd"]), self.params.kd_T, mask)
 
     def server_update(self, state, plan, updates):
         if "noisy" in plan.instructions:  # verdicts made during this round (e.g. by a probe)

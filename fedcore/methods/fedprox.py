@@ -29,6 +29,11 @@ def proximal_term(params: list[torch.Tensor], anchors: list[torch.Tensor], mu: f
     return 0.5 * mu * sum(torch.sum(d * d) for d in diffs)
 
 
+def stacked_proximal_term(params: list[torch.Tensor], anchors: list[torch.Tensor], mu: float) -> torch.Tensor:
+    """`proximal_term` for each row of stacked tensors (K, ...) -> (K,)."""
+    return 0.5 * mu * sum(((p - a) * (p - a)).flatten(1).sum(1) for p, a in zip(params, anchors, strict=True))
+
+
 @register("fedprox", params=FedProxParams)
 class FedProx(StagedMethod):
     def before_local(self, task) -> dict[str, Any]:
@@ -39,3 +44,9 @@ class FedProx(StagedMethod):
         if self.params.mu == 0:
             return torch.zeros((), device=batch.x.device)
         return proximal_term(list(model.parameters()), extras["anchors"], self.params.mu)
+
+    def batched_regularizer(self, step) -> torch.Tensor | None:
+        if self.params.mu == 0:
+            return None
+        names = [n for n, _ in self.model.named_parameters()]
+        return stacked_proximal_term([step.params[n] for n in names], [step.start[n] for n in names], self.params.mu)

@@ -94,8 +94,9 @@ class FedSIR(NoiseAwareMethod):
 
     # -- clients -----------------------------------------------------------------------------
     def features(self, params, task: ClientTask, augmented: bool = False) -> np.ndarray:
-        """Backbone features (n, d) of the client's data under `params`."""
-        load_params_(self.model, params)
+        """Backbone features (n, d) of the client's data under `params` (None: the model as loaded)."""
+        if params is not None:
+            load_params_(self.model, params)
         if not augmented:
             return predict_client(self.model, task.data, features=True).double().cpu().numpy()
         aug = self.augmenter()
@@ -123,23 +124,27 @@ class FedSIR(NoiseAwareMethod):
         return {"labels": labels, "kd_mask": torch.as_tensor(~agree, device=original.device),
                 "agree_rate": float(agree.mean()) if len(agree) else 0.0}
 
-    def client_update(self, task: ClientTask) -> ClientUpdate:
-        if task.stage == "identify":
-            return self.identify_update(task)
-        noisy = task.cid in task.instructions["noisy"]
-        metrics = {}
-        if noisy and "references" in task.instructions:
-            new = self.relabel(task)
-            metrics["relabel/agree_rate"] = new.pop("agree_rate")
-            task.state.update(new)
-        update = super().client_update(task)
-        update.metrics.update(metrics)
-        if "references" in task.instructions:  # diagnostic only: lets the scorer grade the relabeling
-            update.uploads["labels"] = self.targets(task).cpu().numpy()
-        return update
+    def prepare_local(self, task: ClientTask) -> dict[str, Any]:
+        """A relabel event: noisy clients relabel from phi_clean's features before training."""
+        if task.stage == "identify" or task.cid not in task.instructions["noisy"] \
+                or "references" not in task.instructions:
+            return {}
+        new = self.relabel(task)
+        agree = new.pop("agree_rate")
+        task.state.update(new)
+        return {"metrics": {"relabel/agree_rate": agree}}
 
     def after_local(self, task, extras):
-        return {}, dict(task.state)
+        uploads: dict[str, Any] = {}
+        if task.stage == "identify":  # E1 local epochs from the shared model, then the client's (mu, e)
+            p = self.params
+            z = self.features(None, task, augmented=p.identify_features == "augmented")
+            mu, e = spectral.client_descriptors(z, task.data.labels.cpu().numpy(), self.ctx.num_classes,
+                                                p.min_class_n)
+            uploads.update({"mu": mu, "e": e})
+        elif "references" in task.instructions:  # diagnostic only: lets the scorer grade the relabeling
+            uploads["labels"] = self.targets(task).cpu().numpy()
+        return uploads, dict(task.state)
 
     def optim_spec(self, task: ClientTask) -> OptimSpec:
         if task.stage != "identify":
@@ -153,14 +158,14 @@ class FedSIR(NoiseAwareMethod):
             return losses.ce(model(batch.x), batch.y)
         return super().loss(model, batch, task, extras)
 
-    def identify_update(self, task: ClientTask) -> ClientUpdate:
-        """E1 local epochs from the shared model, then the client's (mu, e)."""
-        p = self.params
-        update = super().client_update(task)
-        z = self.features(update.params, task, augmented=p.identify_features == "augmented")
-        mu, e = spectral.client_descriptors(z, task.data.labels.cpu().numpy(), self.ctx.num_classes, p.min_class_n)
-        update.uploads.update({"mu": mu, "e": e})
-        return update
+    def batched_static(self, task, extras) -> dict[str, Any]:
+        return {**super().batched_static(task, extras), "identify": task.stage == "identify"}
+
+    def batched_loss(self, step) -> torch.Tensor:
+        if step.static["identify"]:
+            logits = step.net(step.params, step.batch["x"])
+            return losses.ce(step.flat(logits), step.flat(step.batch["y"]), reduction="none")
+        return super().batched_loss(step)
 
     # -- server: updates -----------------------------------------------------------------------
     def server_update(self, state, plan, updates):

@@ -32,3 +32,7 @@ class SymmetricCE(StagedMethod):
 
     def loss(self, model, batch, task, extras):
         return losses.sce(model(batch.x), batch.y, alpha=self.params.alpha, beta=self.params.beta)
+
+    def batched_loss(self, step):
+        logits, y = step.flat(step.net(step.params, step.batch["x"])), step.flat(step.batch["y"])
+        return losses.sce(logits, y, alpha=self.params.alpha, beta=self.params.beta, reduction="none")

@@ -38,6 +38,12 @@ class FedModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
 
+    def stack_modules(self) -> tuple[nn.Module, nn.Module] | None:
+        """(features module, head module) when features(x) and head(z) are exactly those modules'
+        forwards (and forward is head(features(x))): lets the batched executor run the model as
+        grouped layers over a stack of clients. None: it falls back to torch.func.vmap."""
+        return None
+
     def head_keys(self) -> tuple[str, ...]:
         """State-dict key prefixes owned by the head (re-initialized when pretrained shapes differ)."""
         return self.head_prefixes

@@ -31,6 +31,9 @@ class _BackboneClassifier(FedModel):
     def head(self, z: torch.Tensor) -> torch.Tensor:
         return self.classifier(z)
 
+    def stack_modules(self) -> tuple[nn.Module, nn.Module]:
+        return self.backbone, self.classifier
+
 
 class MLP(_BackboneClassifier):
     """flatten -> width -> width (ReLU) = features; linear head."""

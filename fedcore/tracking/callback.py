@@ -62,7 +62,7 @@ class TrackingCallback(Callback):
             nested=nested,
         )
         self._open = True
-        self._log_params()
+        self._log_params(info.get("executor"))
         self.tracker.log_dict(self.cfg.to_dict(), "config.yaml")
 
     def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
@@ -117,13 +117,15 @@ class TrackingCallback(Callback):
             self.tracker.end(status)
             self._open = False
 
-    def _log_params(self) -> None:
+    def _log_params(self, executor: str | None = None) -> None:
         """Log params, skipping ones a resumed run already holds; changed values become tags.
 
         MLflow refuses to change a logged param, yet resuming with an edited config (say, more
         rounds) is legitimate, so the new value is kept visible as `changed_param.<key>`.
         """
         params = run_params(self.cfg, self.data_sha256)
+        if executor:  # what train.executor resolved to (auto picks per method)
+            params["executor"] = executor
         known = self.tracker.logged_params()
         self.tracker.log_params({k: v for k, v in params.items() if k not in known})
         changed = {k: v for k, v in params.items() if k in known and known[k] != v}

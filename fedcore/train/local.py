@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from fedcore.engine.store import ClientData
+from fedcore.engine.types import OptimSpec
 
 
 @dataclass
@@ -20,24 +21,6 @@ class Batch:
     pos: torch.Tensor  # local positions (B,)
     x: torch.Tensor  # normalized inputs (B, C, H, W)
     y: torch.Tensor  # working labels (B,) or (B, C)
-
-
-@dataclass(frozen=True)
-class OptimSpec:
-    kind: str = "sgd"
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    epochs: int = 1
-    steps: int | None = None
-    batch_size: int = 32
-
-    @classmethod
-    def from_train(cls, train, **overrides) -> OptimSpec:  # train: fedcore.config.TrainConfig
-        base = dict(kind=train.optimizer, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay,
-                    epochs=train.local_epochs, steps=train.local_steps, batch_size=train.batch_size)
-        base.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**base)
 
 
 def make_optimizer(params, spec: OptimSpec) -> torch.optim.Optimizer:

@@ -160,6 +160,7 @@ def test_cli_run_refuses_to_restart_an_interrupted_run_over_its_checkpoints(tmp_
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, cut, data=artifact, callbacks=[Crash(at=3)])
     before = _files(cut)
+    capsys.readouterr()  # the cut run's own stderr line (which executor it used)
     args = ["--data", str(artifact), "--no-progress", *[x for o in FAST for x in ("--set", o)]]
     err = _fails(["run", "configs/quickstart.yaml", "--out", str(cut), *args], capsys)
     assert f"'{cut}' holds an interrupted run; continue it with --resume {cut}" in err

@@ -1,0 +1,93 @@
+"""SGD and Adam over stacked parameters (one row per client), update for update like torch.optim.
+
+The batched executor trains a cohort as tensors of shape (K, ...). These optimizers repeat
+the single-tensor updates of torch.optim.SGD and torch.optim.Adam op for op (the order in
+which they apply weight decay, momentum and the bias corrections), so a client's row ends
+where its own optimizer would have taken it; the row-wise maths is the same, so the rows
+never interact. As in torch.optim, a tensor whose gradient is None is skipped and keeps no
+state until it first gets one.
+
+The stack may shrink between steps (clients that have taken all their local steps drop off
+its end; see `fedcore.engine.stacked`): a step updates the first rows its params have and
+leaves the state of the rows beyond untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+Tensor = torch.Tensor
+
+
+def _present(params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> tuple[list[int], list[Tensor], list[Tensor]]:
+    idx = [i for i, g in enumerate(grads) if g is not None]
+    return idx, [params[i] for i in idx], [grads[i] for i in idx]  # type: ignore[misc]
+
+
+class StackedSGD:
+    """torch.optim.SGD(lr, momentum, weight_decay) with dampening 0 and no Nesterov."""
+
+    def __init__(self, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> None:
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.buf: dict[int, Tensor] = {}  # momentum buffer per tensor index, made at its first gradient
+
+    @torch.no_grad()
+    def step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
+        """One update; consumes `grads` (they are overwritten, or kept as momentum buffers)."""
+        idx, ps, gs = _present(params, grads)
+        if not idx:
+            return
+        if self.weight_decay != 0:
+            torch._foreach_add_(gs, ps, alpha=self.weight_decay)  # grad + wd * param
+        if self.momentum != 0:
+            old = [j for j, i in enumerate(idx) if i in self.buf]
+            if old:
+                bufs = [self.buf[idx[j]][: len(ps[j])] for j in old]
+                torch._foreach_mul_(bufs, self.momentum)
+                torch._foreach_add_(bufs, [gs[j] for j in old])
+            for i, g in zip(idx, gs, strict=True):
+                if i not in self.buf:  # first gradient: the buffer is the gradient (ours to keep)
+                    self.buf[i] = g.detach()
+            gs = [self.buf[i][: len(p)] for i, p in zip(idx, ps, strict=True)]
+        torch._foreach_add_(ps, gs, alpha=-self.lr)
+
+
+class StackedAdam:
+    """torch.optim.Adam(lr, betas, eps, weight_decay) with amsgrad off (L2 decay, not AdamW)."""
+
+    def __init__(self, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0) -> None:
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.state: dict[int, dict] = {}  # per tensor index: step count, exp_avg, exp_avg_sq
+
+    @torch.no_grad()
+    def step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
+        """One update; consumes `grads`. Every row still in the stack has taken the same number
+        of steps (rows leave rather than pause), so one count per tensor serves them all."""
+        beta1, beta2 = self.betas
+        for i, p in enumerate(params):
+            d = grads[i]
+            if d is None:
+                continue
+            if i not in self.state:
+                self.state[i] = {"step": 0, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+            st = self.state[i]
+            m, v = st["exp_avg"][: len(p)], st["exp_avg_sq"][: len(p)]
+            st["step"] += 1
+            if self.weight_decay != 0:
+                d.add_(p, alpha=self.weight_decay)
+            m.lerp_(d, 1 - beta1)
+            v.mul_(beta2).addcmul_(d, d, value=1 - beta2)
+            step = float(st["step"])
+            step_size = self.lr / (1 - beta1**step)
+            denom = (v.sqrt() / (1 - beta2**step) ** 0.5).add_(self.eps)
+            p.addcdiv_(m, denom, value=-step_size)
+
+
+def make_stacked_optimizer(kind: str, lr: float, momentum: float, weight_decay: float) -> StackedSGD | StackedAdam:
+    """The stacked twin of `fedcore.train.local.make_optimizer` (same kinds and defaults)."""
+    if kind == "adam":
+        return StackedAdam(lr, weight_decay=weight_decay)
+    return StackedSGD(lr, momentum=momentum, weight_decay=weight_decay)

@@ -1,0 +1,107 @@
+"""Every method that trains batched ends a run where the sequential executor does (within 1e-5).
+
+Whole runs pass through the methods' discrete decisions (GMM splits, confidence thresholds,
+FedSIR's spectral relabel gate), where a 1e-7 difference can flip a borderline sample and
+the runs then part ways legitimately. The runs below sit clear of such margins; FedSIR's
+relabel gate does not, so its whole run goes without relabeling, and the relabel round (KD
+on the disagreeing samples only) is compared from identical client state instead.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from fedcore.data.build import build
+from fedcore.data.federated import FederatedDataset
+from fedcore.engine.batched import BatchedExecutor
+from fedcore.engine.executor import SequentialExecutor
+from fedcore.engine.loop import RoundLoop
+from fedcore.engine.sampler import ClientSampler
+from fedcore.engine.store import ClientStateStore
+from fedcore.engine.types import ServerState
+from fedcore.methods.registry import build_method
+from fedcore.registries import load_config
+from fedcore.run import make_context, run_experiment
+
+# The scene is pinned here, not taken from the quickstart preset: under Adam, float rounding (1e-8
+# after a round) is amplified where a weight's gradient is tiny, at a pace the scene sets. With
+# the preset's harsher scene of issue 24 (7 of 10 clients at U(0.7, 1.0)) fedavg-adam-augment
+# differed by 4.2e-5 on 1 of 16384 weights after two rounds (docs/performance.md, Equality).
+FAST = ["train.device=cpu", "train.rounds=2", "partition.num_clients=6", "train.local_epochs=1",
+        "noise.noisy_client_fraction=0.6", "noise.rate.min=0.4", "noise.rate.max=0.8"]
+# Metrics the clients report (sample-weighted means over the cohort) and what the server derives
+# from their uploads; test accuracy is left out (a 1e-7 change may flip one borderline image).
+CLIENT_KEYS = ("train/loss", "train/steps", "lr", "relabel/agree_rate", "detect/clients_noisy", "round/clients")
+
+CASES = {
+    "fedavg": [],
+    "fedavg-adam-augment": ["method.name=fedavg", "train.optimizer=adam", "train.lr=0.003", "train.augment=weak"],
+    "fedprox": ["method.params.mu=0.5"],
+    "symmetric_ce": [],
+    "fednoro": ["method.params.warmup_rounds=1", "train.rounds=3"],  # probe, then LA-KD on noisy clients
+    "fedsir": ["method.params.relabel=false"],  # identify (Adam), then LA-KD on the noisy clients
+    "fedcorr": ["method.params.iterations=1", "train.rounds=4"],  # mixup + adaptive prox, finetune, train
+    "fedcorr-augment": ["method.name=fedcorr", "method.params.iterations=1", "train.rounds=4", "train.augment=weak"],
+}
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    return build(load_config("configs/quickstart.yaml", FAST)).save(tmp_path_factory.mktemp("data") / "art")
+
+
+def _run(tmp_path, artifact, case, executor):
+    extra = CASES[case]
+    name = [f"method.name={case}"] if not any(e.startswith("method.name=") for e in extra) else []
+    cfg = load_config("configs/quickstart.yaml", [*FAST, *name, *extra, f"train.executor={executor}"])
+    out = tmp_path / executor
+    return run_experiment(cfg, out, data=artifact), json.loads((out / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_batched_equals_sequential(tmp_path, artifact, case):
+    seq, seq_meta = _run(tmp_path, artifact, case, "sequential")
+    bat, bat_meta = _run(tmp_path, artifact, case, "batched")
+    assert (seq_meta["executor"], bat_meta["executor"]) == ("sequential", "batched")
+    for k, v in seq.state.params.items():
+        torch.testing.assert_close(bat.state.params[k], v, rtol=0, atol=1e-5)
+    assert [h["stage"] for h in bat.history] == [h["stage"] for h in seq.history]
+    for hs, hb in zip(seq.history, bat.history, strict=True):
+        keys = [k for k in CLIENT_KEYS if k in hs]
+        assert keys == [k for k in CLIENT_KEYS if k in hb]
+        for k in keys:
+            assert hb[k] == pytest.approx(hs[k], abs=1e-5), (hs["round"], k)
+    # the interesting parts of each method really ran
+    if case in ("fednoro", "fedsir"):
+        assert max(h.get("detect/clients_noisy", 0) for h in seq.history) > 0
+    if case.startswith("fedcorr"):
+        assert {"preprocess", "finetune", "train"} <= {h["stage"] for h in seq.history}
+
+
+def test_fedsir_relabel_round_from_identical_state(artifact):
+    """Relabeled targets and the KD mask (disagreeing samples) in client state: LA on the clean
+    clients, LA-KD on the mask of the noisy ones; every client update matches."""
+    cfg = load_config("configs/quickstart.yaml", [*FAST, "method.name=fedsir"])
+    fed = FederatedDataset.load(artifact)
+    updates = {}
+    for name, ex in (("seq", SequentialExecutor()), ("bat", BatchedExecutor())):
+        method = build_method(cfg)
+        ctx = make_context(cfg, fed, torch.device("cpu"))
+        state = method.init(ctx)
+        state = ServerState(params=state.params, rnd=3, stage="train", stage_round=2, extra={"noisy": [1, 3, 4]})
+        store = ClientStateStore(fed.num_clients)
+        rng = np.random.default_rng(0)
+        for c in (1, 3, 4):
+            n = ctx.clients[c].n
+            store.put(c, {"labels": torch.as_tensor(rng.integers(0, 10, n)),
+                          "kd_mask": torch.as_tensor(rng.random(n) < 0.4)})
+        loop = RoundLoop(method, ctx, ClientSampler(fed.num_clients, 1.0, 0), store, executor=ex)
+        ins = method.train_instructions(state)
+        assert ins["w_kd"] > 0
+        updates[name] = ex.run_clients(method, loop._tasks(state, list(range(fed.num_clients)), ins))
+    for us, ub in zip(updates["seq"], updates["bat"], strict=True):
+        for k in us.params:
+            torch.testing.assert_close(ub.params[k], us.params[k], rtol=0, atol=1e-5)
+        assert ub.metrics == pytest.approx(us.metrics, abs=1e-5)
