@@ -107,3 +107,11 @@ def test_every_copied_path_survives_dockerignore():
         for source in args.split()[:-1]:
             assert (REPO / source).exists(), source
             assert not ignored(source, rules), source
+
+
+def test_runtime_image_carries_fashion_mnist_by_default():
+    # The configs/fmnist presets read the Debian/Ubuntu package's files; pods cannot download them.
+    final = stages(DOCKERFILE)[-1]
+    defaults = dict(a.partition("=")[::2] for a in final.all("ARG"))
+    assert defaults.get("DATASET_PACKAGES") == "dataset-fashion-mnist"
+    assert any("${DATASET_PACKAGES}" in r and "apt-get install" in r for r in final.all("RUN"))
