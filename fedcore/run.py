@@ -1,7 +1,8 @@
 """Run one experiment in-process: data -> method -> round loop -> outputs.
 
 Writes to the run directory: history.csv, metrics.json, model.pt, confusion.json,
-scene.json and checkpoints/ (stage ends and every `train.checkpoint_every` rounds).
+scene.json, beliefs.json (+ labels.npz when the method relabels) and checkpoints/ (stage
+ends and every `train.checkpoint_every` rounds).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import FederatedDataset
+from fedcore.engine.beliefs import BeliefLog
 from fedcore.engine.callbacks import Callback
 from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
 from fedcore.engine.loop import LoopState, RoundLoop
@@ -96,7 +98,7 @@ def run_experiment(
     # Only now, with data, method and checkpoint accepted: bad input leaves no empty run dir behind.
     out.mkdir(parents=True, exist_ok=True)
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
-            "data_sha256": fed.sha256, "fed": fed}
+            "data_sha256": fed.sha256, "fed": fed, "data_source": str(data) if isinstance(data, str | Path) else None}
     try:
         # Inside the try: a tracking run opened here and then failing (e.g. its artifact store
         # is unreachable) is ended FAILED by on_failure instead of staying RUNNING.
@@ -108,18 +110,21 @@ def run_experiment(
         for cb in cbs:
             cb.on_failure(err)
         raise
+    info["final_model"] = method.eval_model(state)  # what tracking serves; set before on_run_end
     for cb in cbs:
         cb.on_run_end(summary, out)
     return RunResult(out, summary, loop_state.history, state)
 
 
 def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out):
+    beliefs = BeliefLog(Scorer(fed))  # what this process's stages decided, for the pipeline's stage outputs
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
-        clients_state, cbs, evaluator=evaluator, scorer=Scorer(fed), eval_every=cfg.train.eval_every,
+        clients_state, cbs, evaluator=evaluator, scorer=beliefs, eval_every=cfg.train.eval_every,
         checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every,
     )
     state = loop.run(state, loop_state, only=stages)
+    beliefs.write(out, [fed.y_train[torch.as_tensor(idx)].numpy() for idx in fed.client_indices])
     return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras)
 
 
