@@ -144,6 +144,9 @@ class TrackingConfig(Strict):
     run_name: str | None = None
     parent_run_id: str | None = None
     run_id: str | None = Field(None, description="resume this run (stage components)")
+    system_metrics_every: float = Field(
+        10.0, ge=0.0, description="seconds between system-metrics samples (CPU, memory, disk, network, GPU); 0 = off"
+    )
 
 
 class ExperimentConfig(Strict):
