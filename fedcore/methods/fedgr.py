@@ -3,8 +3,11 @@
 "Learning Locally, Revising Globally: Global Reviser for Federated Learning with Noisy
 Labels." ICML 2026, arXiv:2412.00452. Spec: /work/shared/spec/fedgr.md.
 
-Round t, client k (after `alpha` warm-up rounds; `train.warmup_rounds` makes the sampler
-visit every client once during them):
+Stages: `warmup` (the first `alpha` rounds, FedAvg on the weak view), then `train`, where
+every round sieves, refines and trains (the sieve needs the round's models, so the three
+stay one stage). Both count inside `train.rounds`; the warm-up is a stage of its own so
+that a pipeline runs it as its own task. Round t, client k of `train` (`train.warmup_rounds`
+makes the sampler visit every client once during the warm-up):
 
 1. Probe phase (`RoundPlan.probe`, no training): the client scores a weak view of every
    local sample with w_g^{t-1}, appends CE(p_g, y_hat) to the sample's window of the last
@@ -69,7 +72,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from fedcore.engine.sampler import ClientSampler
-from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan
+from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
 from fedcore.methods.registry import MethodParams, register
@@ -124,10 +127,20 @@ class FedGR(StagedMethod):
 
     @property
     def alpha(self) -> int:
+        """Warm-up rounds: the `warmup` stage's budget (`train.stage_rounds.warmup` overrides)."""
         p = self.params.warmup_rounds
-        if p is not None:
-            return p
-        return self.cfg.train.warmup_rounds or _DEFAULT_ALPHA
+        default = p if p is not None else self.cfg.train.warmup_rounds or _DEFAULT_ALPHA
+        return self.stage_rounds("warmup", default)
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        total = self.cfg.train.rounds
+        warm = min(self.alpha, total)
+        if warm == 0:
+            return (Stage("train", self.stage_rounds("train", total)),)
+        if warm == total:  # all warm-up: nothing is ever sieved
+            return (Stage("warmup", warm),)
+        return Stage("warmup", warm), Stage("train", self.stage_rounds("train", total - warm))
 
     def augmenter(self):
         if getattr(self, "_fedgr_aug", None) is None:

@@ -131,6 +131,7 @@ def test_probe_and_main_phase_see_the_same_weak_view(fed):
 def test_short_run_reports_the_promised_metrics(fed, tmp_path):
     res = run_experiment(digits_cfg(rounds=4, warmup=2), tmp_path, data=fed)
     warm, post = res.history[:2], res.history[2:]
+    assert [h["stage"] for h in res.history] == ["warmup"] * 2 + ["train"] * 2  # warm-up: a task of its own
     assert all("noise/rate_pearson" not in h for h in warm)
     for h in post:
         for key in ("noise/rate_pearson", "noise/rate_mae", "detect/sample_precision", "detect/sample_recall",
@@ -140,6 +141,24 @@ def test_short_run_reports_the_promised_metrics(fed, tmp_path):
         assert sum(k.startswith("noise/rate_est/client_") for k in h) == 6
     assert isinstance(res.state, ServerState) and set(res.state.extra["sieve"]) == set(range(6))
     assert (tmp_path / "metrics.json").is_file()
+
+
+def test_warmup_and_train_as_two_processes_match_one_run(fed, tmp_path):
+    """warmup -> train resumed from the warm-up's checkpoint (the pipeline's two tasks) give
+    the history and weights of one in-process run."""
+    cfg = digits_cfg(rounds=4, warmup=2)
+    assert [s.name for s in build_method(cfg).stages] == ["warmup", "train"]
+    whole = run_experiment(cfg, tmp_path / "whole", data=fed)
+    run_experiment(cfg, tmp_path / "warmup", data=fed, stages=["warmup"])
+    part = run_experiment(cfg, tmp_path / "train", data=fed, resume=tmp_path / "warmup", stages=["train"])
+    assert part.history == whole.history
+    a, b = (torch.load(d / "model.pt") for d in (tmp_path / "train", tmp_path / "whole"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_stage_budgets_follow_the_warmup_length():
+    assert [(s.name, s.rounds) for s in build_method(digits_cfg(rounds=4, warmup_rounds=0)).stages] == [("train", 4)]
+    assert [(s.name, s.rounds) for s in build_method(digits_cfg(rounds=2, warmup=3)).stages] == [("warmup", 2)]
 
 
 @pytest.mark.parametrize("switch", ["sieving", "refine", "ema_distill", "rep_reg"])
