@@ -80,8 +80,9 @@ class FedSIR(NoiseAwareMethod):
         if not self.params.relabel:
             return ident, Stage("train", self.stage_rounds("train", self.cfg.train.rounds))
         relabel = self.stage_rounds("relabel", 1)
-        return (ident, Stage("relabel", relabel, yields=("labels",)),
-                Stage("train", self.stage_rounds("train", max(self.cfg.train.rounds - relabel, 1))))
+        rest = self.stage_rounds("train", self.cfg.train.rounds - relabel)
+        relabel_stage = Stage("relabel", relabel, yields=("labels",))
+        return (ident, relabel_stage, Stage("train", rest)) if rest > 0 else (ident, relabel_stage)
 
     # -- server: plans ---------------------------------------------------------------------
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None:
