@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
+	bash scripts/ensure-datasets.sh
 	$(PY) -m fedcore quickstart
 
 lint: $(STAMP)
@@ -23,6 +24,7 @@ lint: $(STAMP)
 
 pytest: $(STAMP)
 	PYTHON=$(PY) bash scripts/ensure-kubectl.sh
+	bash scripts/ensure-datasets.sh
 	$(PY) -m pytest
 
 test: lint pytest

@@ -126,6 +126,10 @@ class TrainConfig(Strict):
     early_stop_patience: int = Field(0, ge=0, description="evaluations without improvement; 0 = off")
     augment: Literal["none", "weak"] = Field("none", description="augmentation for plain local training")
     memorization: bool = Field(True, description="score memorization of noisy training labels at eval")
+    local_memorization: bool = Field(
+        False, description="also score each trained client's local model on its own noisy samples every round "
+        "(train/local_memorization; one forward pass over them)"
+    )
 
 
 class MethodConfig(Strict):

@@ -33,7 +33,7 @@ from fedcore.errors import ConfigError
 from fedcore.io import atomic_write_bytes
 from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import summarize_history
-from fedcore.metrics.scoring import Evaluator, Scorer
+from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
 from fedcore.models import resolve_device
 
 
@@ -118,10 +118,12 @@ def run_experiment(
 
 def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out):
     beliefs = BeliefLog(Scorer(fed))  # what this process's stages decided, for the pipeline's stage outputs
+    local = cfg.train.local_memorization and fed.task == "single"
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
         clients_state, cbs, evaluator=evaluator, scorer=beliefs, eval_every=cfg.train.eval_every,
         checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every,
+        client_scorer=LocalMemorization(fed, ctx.device, ctx.store) if local else None,
     )
     state = loop.run(state, loop_state, only=stages)
     beliefs.write(out, [fed.y_train[torch.as_tensor(idx)].numpy() for idx in fed.client_indices])

@@ -5,7 +5,10 @@
 #         seeds 0-2 (the main tables).
 #   sens: the sensitivity grid of the section "Sensitivity" (tau_conf, soft pseudo-labels,
 #         warm-up length alpha, strong views, model, local epochs).
-# Usage: docs/results/fedgr.sh [OUT_DIR] [JOBS] [main|sens]   (defaults: runs/fedgr, 1, main)
+#   fmnist: Fashion-MNIST (configs/fmnist/fedgr_sym, fedgr_mixed): every baseline and FedAvg on clean
+#         labels, seeds 0-2, then the tables (OUT defaults to runs/fmnist, shared with the other docs).
+#         The digits presets (main, sens) are smoke-scale.
+# Usage: docs/results/fedgr.sh [OUT_DIR] [JOBS] [main|sens|fmnist]   (defaults: runs/fedgr, 1, main)
 #   e.g. docs/results/fedgr.sh runs/fedgr 2 && DATA_ROOT=runs/fedgr docs/results/fedgr.sh runs/fedgr-sens 2 sens
 # Then:  .venv/bin/python docs/results/fedgr_table.py runs/fedgr
 #        .venv/bin/python docs/results/fedgr_table.py --sens runs/fedgr-sens runs/fedgr
@@ -16,6 +19,19 @@ resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--re
 OUT=${1:-runs/fedgr}
 JOBS=${2:-1}
 MODE=${3:-main}
+if [ "$MODE" = fmnist ]; then
+  FMNIST_OUT=${1:-runs/fmnist}
+  # shellcheck source=docs/results/fmnist_lib.sh
+  . "$(dirname "$0")/fmnist_lib.sh"
+  for preset in fedgr_sym fedgr_mixed; do
+    fm_baselines $preset
+    # FedGR rows and ablations: added by the FedGR helper, e.g.
+    #   fm_queue $preset fedgr
+    #   fm_queue $preset fedgr-no_fs -s method.params.sieving=false
+  done
+  fm_go fedgr_sym fedgr_mixed
+  exit 0
+fi
 DATA_ROOT=${DATA_ROOT:-$OUT}
 PY=${PY:-.venv/bin/python}
 export OMP_NUM_THREADS=1  # tiny models: more threads only add contention on a shared CPU

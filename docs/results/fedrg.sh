@@ -2,8 +2,24 @@
 # Reproduce docs/results/fedrg.md: FedAvg / SCE / FedRG (+ ablations) on the four digits
 # scenarios, 3 seeds. Every method of a (scenario, seed) runs on one prepared artifact.
 #   bash docs/results/fedrg.sh [OUT] [VARIANTS...]     (default OUT=runs/fedrg, all variants)
+#   bash docs/results/fedrg.sh fmnist [OUT] [JOBS]     Fashion-MNIST (configs/fmnist/fedrg_*): every baseline and
+#        FedAvg on clean labels, seeds 0-2, then the tables (OUT defaults to runs/fmnist, shared with the other docs)
 # Runs two at a time, one thread each, niced; finished runs (metrics.json) are skipped.
+# The digits scenarios are smoke-scale.
 set -euo pipefail
+if [ "${1:-}" = fmnist ]; then
+  FMNIST_OUT=${2:-runs/fmnist} JOBS=${3:-1}
+  # shellcheck source=docs/results/fmnist_lib.sh
+  . "$(dirname "$0")/fmnist_lib.sh"
+  for preset in fedrg_sym_localized fedrg_sym_globalized fedrg_pair_localized fedrg_pair_globalized; do
+    fm_baselines $preset
+    # FedRG rows and ablations: added by the FedRG helper, e.g.
+    #   fm_queue $preset fedrg
+    #   fm_queue $preset fedrg-t_off -s method.params.absorption=off
+  done
+  fm_go fedrg_sym_localized fedrg_sym_globalized fedrg_pair_localized fedrg_pair_globalized
+  exit 0
+fi
 # An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.
 resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
 OUT=${1:-runs/fedrg}; shift || true

@@ -5,7 +5,10 @@
 #   docs/results/fedsir.sh sweep [OUT] [JOBS]  identification only, under other identify settings
 #   docs/results/fedsir.sh holdout [OUT] [JOBS] identification only, preset settings, fresh seeds 5-9
 #   docs/results/fedsir.sh table [OUT]         print the tables
-# OUT defaults to runs/fedsir, JOBS (parallel runs) to 1.
+#   docs/results/fedsir.sh fmnist [OUT] [JOBS] Fashion-MNIST (configs/fmnist/fedsir_09, fedsir_06): every baseline,
+#                                              FedAvg on clean labels, FedSIR and its ablations, seeds 0-2, then
+#                                              the tables (OUT defaults to runs/fmnist, shared with the other docs)
+# OUT defaults to runs/fedsir, JOBS (parallel runs) to 1. The digits presets are smoke-scale.
 set -euo pipefail
 # An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.
 resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
@@ -28,6 +31,22 @@ declare -A VARIANTS=(
   [fedsir-principal_only]="-s method.params.gate=principal_only"
   [fedsir-residual_only]="-s method.params.gate=residual_only"
 )
+if [ "$MODE" = fmnist ]; then
+  FMNIST_OUT=${2:-runs/fmnist} JOBS=${3:-1}
+  # shellcheck source=docs/results/fmnist_lib.sh
+  . "$(dirname "$0")/fmnist_lib.sh"
+  for preset in fedsir_09 fedsir_06; do
+    fm_baselines $preset
+    for name in fedsir fedsir-no_relabel fedsir-no_la fedsir-no_kd fedsir-no_daagg fedsir-principal_only \
+        fedsir-residual_only; do
+      # shellcheck disable=SC2086
+      fm_queue $preset $name ${VARIANTS[$name]}
+    done
+  done
+  fm_go fedsir_09 fedsir_06
+  exit 0
+fi
+
 # Identify-stage settings (epochs, lr, min_class_n); the presets use 20 / 1e-3 / 5.
 SWEEP=("5 5e-5 20" "5 1e-3 5" "5 1e-3 20" "5 3e-3 5" "5 1e-2 5" "10 3e-3 5" "20 1e-3 5" "20 1e-3 20")
 

@@ -9,6 +9,7 @@ no code path downloads from the internet. Missing or malformed files raise
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,15 @@ def _cap_train(ds: RawDataset, n: int) -> RawDataset:
     return ds
 
 
+def data_cache_dir(cfg: DataConfig) -> Path:
+    """Where data files are staged (s3:// roots) and unpacked (.gz): data.cache_dir; left at its
+    default, FEDCORE_CACHE wins when set (the dataset-cache volume on Kubernetes)."""
+    default = DataConfig.model_fields["cache_dir"].default
+    if cfg.cache_dir == default and os.environ.get("FEDCORE_CACHE"):
+        return Path(os.environ["FEDCORE_CACHE"]).expanduser()
+    return Path(cfg.cache_dir).expanduser()
+
+
 def resolve_root(cfg: DataConfig, expected: str) -> Path:
     """Return a local directory for `cfg.root`, staging an s3:// prefix into the cache first.
 
@@ -108,7 +118,7 @@ def resolve_root(cfg: DataConfig, expected: str) -> Path:
     if cfg.root.startswith("s3://"):
         from fedcore.io import stage_prefix
 
-        return stage_prefix(cfg.root, Path(cfg.cache_dir))
+        return stage_prefix(cfg.root, data_cache_dir(cfg))
     if "://" in cfg.root:  # e.g. gs://: Path() would turn it into a missing local folder 'gs:/...'
         raise DataError(f"data.root '{cfg.root}' has an unsupported scheme; use a local dir or s3://bucket/prefix")
     root = Path(cfg.root).expanduser()
@@ -151,7 +161,7 @@ def _import_loaders() -> None:
     # `fedcore --help` fast and lets a missing optional piece fail only when used.
     import importlib
 
-    for mod in ("fedcore.data.vision", "fedcore.data.clothing", "fedcore.data.multilabel"):
+    for mod in ("fedcore.data.vision", "fedcore.data.mnist", "fedcore.data.clothing", "fedcore.data.multilabel"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as err:

@@ -1,18 +1,16 @@
-"""Image datasets in torchvision's on-disk formats: mnist, fashion_mnist, cifar10, cifar100, svhn.
+"""Image datasets in torchvision's on-disk formats: cifar10, cifar100, svhn (mnist and
+fashion_mnist: fedcore/data/mnist.py), plus helpers the other image loaders share.
 
 Files are read by torchvision's own dataset classes with download=False, from data.root
 (a local folder or an s3:// prefix staged into data.cache_dir). Official train/test
-splits. A missing, truncated or malformed file raises a DataError naming it. MNIST-style
-`*-ubyte.gz` files are unpacked next to themselves on first use. torchvision's md5 checks
-are off by default (so re-packed files load, and truncation is caught while parsing); set
-data.params.verify_md5=true to insist on the official checksums.
+splits. A missing, truncated or malformed file raises a DataError naming it. torchvision's
+md5 checks are off by default (so re-packed files load, and truncation is caught while
+parsing); set data.params.verify_md5=true to insist on the official checksums.
 """
 
 from __future__ import annotations
 
-import gzip
 import pickle
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +21,7 @@ import numpy as np
 from fedcore.config import DataConfig
 from fedcore.data.datasets import RawDataset, register_dataset, resolve_root
 from fedcore.errors import DataError
-from fedcore.io import atomic_write
 
-MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-               "t10k-labels-idx1-ubyte")
-MNIST_ASYM = {2: 7, 3: 8, 5: 6, 6: 5, 7: 1}
 CIFAR10_ASYM = {9: 1, 2: 0, 4: 7, 3: 5, 5: 3}  # truck->automobile, bird->airplane, deer->horse, cat<->dog
 
 
@@ -67,33 +61,14 @@ def _base(root: Path, folder: str) -> Path:
     return root
 
 
-def _gunzip_missing(name: str, folder: Path, files: tuple[str, ...]) -> None:
-    for f in files:
-        raw, gz = folder / f, folder / f"{f}.gz"
-        # Unpack again when the archive is newer, e.g. after a re-staged s3:// copy.
-        if not gz.is_file() or (raw.is_file() and raw.stat().st_mtime_ns >= gz.stat().st_mtime_ns):
-            continue
-        try:
-            with gzip.open(gz, "rb") as fin, atomic_write(raw) as fout:
-                shutil.copyfileobj(fin, fout, 1 << 20)
-        except PermissionError:
-            raise DataError(f"{name}: cannot unpack '{gz}' (read-only folder); gunzip it yourself") from None
-        except (OSError, EOFError) as err:
-            raise DataError(f"{name}: '{gz}' is truncated or not gzip ({type(err).__name__}); "
-                            "replace it with the official file") from None
-
-
-def _open(cfg: DataConfig, layout: Layout, gz: bool = False) -> Path:
+def _open(cfg: DataConfig, layout: Layout) -> Path:
     """Resolve data.root, check every expected file is there, and return the torchvision root."""
     root = _base(resolve_root(cfg, expected=layout.describe("<data.root>")), layout.folder)
     folder = root / layout.folder
-    if gz:
-        _gunzip_missing(cfg.name, folder, layout.files)
     missing = [f for f in layout.files if not (folder / f).is_file()]
     if missing:
-        hint = " (or the same names with .gz)" if gz else ""
         raise DataError(f"{cfg.name}: {', '.join(missing)} not found; put the official files at "
-                        f"{layout.describe(root)}{hint}")
+                        f"{layout.describe(root)}")
     return root
 
 
@@ -144,39 +119,6 @@ def _assemble(cfg: DataConfig, where: str, splits: tuple[np.ndarray, ...], class
 def _unverified(cls: type, **lists: Any) -> type:
     # Same loading code, no md5: official md5s reject re-packed (and test-sized) files.
     return type(cls.__name__, (cls,), lists)
-
-
-# -- MNIST and Fashion-MNIST ---------------------------------------------------------------
-
-
-def _check_idx(path: Path) -> None:
-    from torchvision.datasets.mnist import read_image_file, read_label_file
-
-    (read_label_file if "labels" in path.name else read_image_file)(str(path))
-
-
-def _load_mnist_like(cfg: DataConfig, cls: type, asym_map: dict[int, int] | None) -> RawDataset:
-    layout = Layout(f"{cls.__name__}/raw", MNIST_FILES, _check_idx)
-    root = _open(cfg, layout, gz=True)
-    tr, te = _read(cfg, layout, root, lambda train: cls(str(root), train=train, download=False))
-    splits = (tr.data.numpy()[:, None], tr.targets.numpy(), te.data.numpy()[:, None], te.targets.numpy())
-    return _assemble(cfg, layout.describe(root), splits, list(cls.classes), asym_map)
-
-
-@register_dataset("mnist")
-def load_mnist(cfg: DataConfig) -> RawDataset:
-    """MNIST, 60k/10k grey 28x28, from <root>/MNIST/raw/*-ubyte."""
-    from torchvision.datasets import MNIST
-
-    return _load_mnist_like(cfg, MNIST, MNIST_ASYM)
-
-
-@register_dataset("fashion_mnist")
-def load_fashion_mnist(cfg: DataConfig) -> RawDataset:
-    """Fashion-MNIST, 60k/10k grey 28x28, from <root>/FashionMNIST/raw/*-ubyte."""
-    from torchvision.datasets import FashionMNIST
-
-    return _load_mnist_like(cfg, FashionMNIST, None)
 
 
 # -- CIFAR-10 and CIFAR-100 -----------------------------------------------------------------

@@ -21,7 +21,8 @@ ENV_VARS: dict[str, str] = {
     "FEDCORE_S3_ADDRESSING": "S3 addressing style: path (in-cluster stores) or virtual (AWS)",
     "FEDCORE_GIT_COMMIT": "optional git commit recorded with every run when .git is absent (images)",
     "FEDCORE_IMAGE": "overrides the container image used by pipeline components",
-    "FEDCORE_CACHE": "local directory where s3:// datasets are staged (the dataset-cache PVC on Kubernetes)",
+    "FEDCORE_CACHE": "local directory where s3:// datasets are staged and .gz dataset files unpacked, unless "
+    "data.cache_dir is set (the dataset-cache PVC on Kubernetes)",
 }
 
 # Variables a run against a tracking stack cannot do without; FEDCORE_GIT_COMMIT,

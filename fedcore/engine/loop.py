@@ -18,6 +18,8 @@ PERSONAL = "__personal__"  # engine-owned key in client state: parameters that a
 
 Evaluator = Callable[[torch.nn.Module, int], dict[str, float]]
 Scorer = Callable[[Estimates, int], dict[str, float]]
+# (model for a client's uploaded params, the round's updates) -> metrics; see metrics.scoring
+ClientScorer = Callable[[Callable[[Any], torch.nn.Module], Sequence[ClientUpdate]], dict[str, float]]
 
 
 @dataclass
@@ -44,6 +46,7 @@ class RoundLoop:
         checkpoint: Callable[[ServerState, LoopState, str], Any] | None = None,
         checkpoint_every: int = 0,
         executor: SequentialExecutor | None = None,
+        client_scorer: ClientScorer | None = None,
     ) -> None:
         self.method, self.ctx, self.sampler = method, ctx, sampler
         self.store = clients_state
@@ -52,6 +55,7 @@ class RoundLoop:
         self.eval_every, self.checkpoint_every = eval_every, checkpoint_every
         self.checkpoint = checkpoint
         self.executor = executor or SequentialExecutor()
+        self.client_scorer = client_scorer
 
     # -- one round --------------------------------------------------------------------------
     def _tasks(self, state: ServerState, cohort: Sequence[int], instructions: Any) -> list[ClientTask]:
@@ -101,6 +105,10 @@ class RoundLoop:
         metrics = {**_client_means(updates), **result.scalars, "round/clients": float(len(cohort))}
         if self.scorer is not None and not result.estimates.empty():
             metrics.update(self.scorer(result.estimates, state.rnd))
+        if self.client_scorer is not None:
+            # The method's own eval model, loaded with each client's params; then back to the global ones.
+            metrics.update(self.client_scorer(lambda p: self.method.eval_model(state.replace(params=p)), updates))
+            self.method.eval_model(state)
         return state, metrics, result.estimates.extra
 
     # -- stages -----------------------------------------------------------------------------

@@ -37,13 +37,18 @@ def last_k_mean(values: Sequence[float], k: int = 10) -> float:
 
 
 def summarize_history(history: Sequence[dict], key: str = "test/acc") -> dict[str, float]:
-    """final/acc, final/acc_best and final/acc_last10 from the per-round history.
+    """final/acc, final/acc_best (with final/acc_best_round) and final/acc_last10 from the history.
 
-    For multi-label runs key is e.g. 'test/mAP' and names follow it (final/mAP ...).
+    The best round is the `round` of the first evaluation that reached the best value (ties go
+    to the earliest); an entry without `round` counts by its 1-based position among the
+    evaluations. For multi-label runs key is e.g. 'test/mAP' and names follow it (final/mAP ...).
     """
-    vals = [float(h[key]) for h in history if key in h]
+    evals = [(float(h[key]), float(h.get("round", i + 1))) for i, h in enumerate(h for h in history if key in h)]
     short = key.split("/", 1)[1]
-    if not vals:
+    if not evals:
         return {}
-    return {f"final/{short}": vals[-1], f"final/{short}_best": float(np.max(vals)),
-            f"final/{short}_last10": last_k_mean(vals, 10)}
+    vals = [v for v, _ in evals]
+    finite = [i for i, v in enumerate(vals) if np.isfinite(v)]
+    best = max(finite, key=lambda i: (vals[i], -i)) if finite else len(vals) - 1
+    return {f"final/{short}": vals[-1], f"final/{short}_best": vals[best],
+            f"final/{short}_best_round": evals[best][1], f"final/{short}_last10": last_k_mean(vals, 10)}

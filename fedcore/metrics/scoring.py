@@ -2,11 +2,13 @@
 
 `Scorer` turns a method's `Estimates` into metrics against the noise scene's truth;
 `Evaluator` scores the global model on the test split (and memorization of noisy
-training labels). The engine calls both through plain callables and never sees truth.
+training labels); `LocalMemorization` scores each trained client's own model on that
+client's noisy samples. The engine calls them through plain callables and never sees truth.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,7 @@ import torch.nn.functional as F
 
 from fedcore.data.federated import FederatedDataset
 from fedcore.engine.store import TensorStore
-from fedcore.engine.types import Estimates
+from fedcore.engine.types import ClientUpdate, Estimates, Params
 from fedcore.metrics.classification import accuracy, confusion, macro_prf
 from fedcore.metrics.noise import (
     binary_prf,
@@ -119,3 +121,36 @@ class Evaluator:
             out["train/memorization"] = memorization_rate(mpred, self.noisy_labels, np.ones(len(mpred), bool))
         self.last = {"confusion": confusion(y, pred, self.num_classes)}
         return out
+
+
+class LocalMemorization:
+    """train/local_memorization: the share of the cohort's noisy samples whose client's freshly
+    trained local model predicts their noisy label (pooled over the clients of the round).
+
+    Next to train/memorization (the global model on all noisy samples) it tests FedGR's premise
+    that local models memorize fast while the global model memorizes slowly. Costs one forward
+    pass over the cohort's noisy samples per round.
+    """
+
+    def __init__(self, fed: FederatedDataset, device: torch.device, train_store: TensorStore,
+                 batch_size: int = 1024) -> None:
+        noisy = fed.truth.is_noisy_sample
+        self.idx = [torch.as_tensor(np.asarray(p)[noisy[p]], dtype=torch.long, device=device)
+                    for p in fed.client_indices]
+        self.y = fed.y_train.to(device)
+        self.store, self.batch_size = train_store, batch_size
+
+    @torch.no_grad()
+    def __call__(self, model_for: Callable[[Params], torch.nn.Module],
+                 updates: Sequence[ClientUpdate]) -> dict[str, float]:
+        hits = total = 0
+        for u in updates:
+            idx = self.idx[u.cid]
+            if u.params is None or not len(idx):
+                continue
+            model = model_for(u.params).eval()
+            pred = torch.cat([model(self.store.get(idx[s:s + self.batch_size])).argmax(1)
+                              for s in range(0, len(idx), self.batch_size)])
+            hits += int((pred == self.y[idx]).sum())
+            total += len(idx)
+        return {"train/local_memorization": hits / total} if total else {}

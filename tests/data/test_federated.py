@@ -35,7 +35,8 @@ def test_realized_rates_match_config(fed):
     t = fed.truth
     noisy = t.is_noisy_client
     assert noisy.sum() == round(cfg.noise.noisy_client_fraction * cfg.partition.num_clients)
-    assert ((t.target_rate[noisy] >= 0.4) & (t.target_rate[noisy] <= 0.8)).all()
+    lo, hi = cfg.noise.rate.min, cfg.noise.rate.max
+    assert ((t.target_rate[noisy] >= lo) & (t.target_rate[noisy] <= hi)).all()
     sizes = np.array([len(p) for p in fed.client_indices])
     # Per-class rounding bounds the gap between realized and target rate by (#classes / 2) / n_k.
     assert (np.abs(t.realized_rate - t.target_rate) <= 5 / sizes).all()

@@ -16,7 +16,7 @@ import scipy.io
 from PIL import Image
 
 from fedcore.config import DataConfig
-from fedcore.data import clothing
+from fedcore.data import clothing, mnist
 from fedcore.data.datasets import load_dataset
 from fedcore.data.vision import superclass_map
 from fedcore.errors import ConfigError, DataError
@@ -24,6 +24,14 @@ from fedcore.io import storage
 
 RNG = np.random.default_rng(7)
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch):
+    """Unpacked files go to a per-test cache, and no test sees this machine's system copy."""
+    monkeypatch.setenv("FEDCORE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(mnist.SYSTEM_COPIES, "fashion_mnist",
+                        mnist.SystemCopy(tmp_path / "system", "dataset-fashion-mnist"))
 
 
 def _load(name: str, root: Path | str, **kw) -> object:
@@ -134,7 +142,8 @@ def test_mnist_gz_is_unpacked_again_when_newer(tmp_path: Path):
     first = _load("mnist", tmp_path).x_test
     write_mnist(tmp_path, gz=True)  # new random images, as after re-staging a changed upload
     gz = tmp_path / "MNIST/raw/t10k-images-idx3-ubyte.gz"
-    later = (tmp_path / "MNIST/raw/t10k-images-idx3-ubyte").stat().st_mtime_ns + 10**9
+    unpacked = next((tmp_path / "cache").rglob("t10k-images-idx3-ubyte"))  # the autouse fixture's FEDCORE_CACHE
+    later = unpacked.stat().st_mtime_ns + 10**9
     os.utime(gz, ns=(later, later))
     second = _load("mnist", tmp_path).x_test
     assert not np.array_equal(first, second)
@@ -229,9 +238,9 @@ def test_clothing1m_max_test_must_be_positive_int(tmp_path: Path, bad):
 
 
 @pytest.mark.parametrize(("name", "expected"), [
-    ("mnist", ["MNIST/raw/{", "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-               "t10k-labels-idx1-ubyte", ".gz"]),
-    ("fashion_mnist", ["FashionMNIST/raw/{", "t10k-labels-idx1-ubyte"]),
+    ("mnist", ["MNIST/raw/", "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+               "t10k-labels-idx1-ubyte.gz", "put the official files there"]),
+    ("fashion_mnist", ["FashionMNIST/raw/", "t10k-labels-idx1-ubyte.gz", "apt-get install -y dataset-fashion-mnist"]),
     ("cifar10", ["cifar-10-batches-py/{data_batch_1, data_batch_2, data_batch_3, data_batch_4, data_batch_5, "
                  "test_batch, batches.meta}"]),
     ("cifar100", ["cifar-100-python/{train, test, meta}"]),
@@ -245,7 +254,10 @@ def test_missing_files_are_named(tmp_path: Path, name: str, expected: list[str])
     assert str(tmp_path) in msg and "\n" not in msg
     for part in expected:
         assert part in msg
-    with pytest.raises(DataError, match="needs data.root"):
+    # Without data.root: the one dataset with a system package names it, the others ask for data.root.
+    unset = "data.root is not set; .*system.* install them with `apt-get" if name == "fashion_mnist" \
+        else "needs data.root"
+    with pytest.raises(DataError, match=unset):
         load_dataset(DataConfig(name=name))
 
 

@@ -109,3 +109,17 @@ def test_scorer_maps_estimates_to_named_metrics():
     assert out["detect/sample_noise_nmi"] > out["detect/sample_label_nmi"]
     # client 0 before [0, 1, 0], truth [0, 0, 0], after [0, 0, 0]: the one change fixes the one noisy label
     assert out["relabel/precision"] == 1.0 and out["relabel/recall"] == 1.0 and out["relabel/damage"] == 0.0
+
+
+def test_best_round_on_a_constructed_history():
+    # Evaluations every other round (round 1 has none); 0.7 is reached at rounds 4 and 8: the earliest wins.
+    hist = [{"round": 1.0, "train/loss": 2.0}] + [
+        {"round": float(r), "test/acc": a} for r, a in ((2, 0.5), (4, 0.7), (6, 0.6), (8, 0.7), (10, 0.4))]
+    out = summarize_history(hist)
+    assert out["final/acc_best"] == 0.7 and out["final/acc_best_round"] == 4.0
+    assert out["final/acc"] == 0.4 and out["final/acc_last10"] == pytest.approx(2.9 / 5)
+    # A NaN evaluation (a diverged round) is never the best; without `round`, positions count from 1.
+    out = summarize_history([{"test/acc": 0.2}, {"test/acc": float("nan")}, {"test/acc": 0.3}])
+    assert out["final/acc_best"] == 0.3 and out["final/acc_best_round"] == 3.0
+    out = summarize_history([{"round": 3.0, "test/mAP": 0.9}, {"round": 5.0, "test/mAP": 0.8}], "test/mAP")
+    assert out["final/mAP_best"] == 0.9 and out["final/mAP_best_round"] == 3.0

@@ -1,0 +1,58 @@
+# Shared by the `fmnist` modes of docs/results/{baselines,fedgr,fedrg,fedsir}.sh (source it).
+# Every run lands in $FMNIST_OUT/<preset>/<row>/s<seed>; all rows of a (preset, seed) share one
+# prepared artifact, $FMNIST_OUT/<preset>/data-s<seed> (the clean-label ceiling has its own,
+# data-clean-s<seed>: same partition, noise.type=none). Rows that finished (metrics.json) are
+# skipped, interrupted ones (checkpoints, no metrics.json) resumed, so the scripts share runs:
+# the baselines of a preset run once whichever script queues them first.
+# Environment: FMNIST_OUT (runs/fmnist), SEEDS ("0 1 2"), JOBS (1), PY (.venv/bin/python),
+#   EXTRA (appended to every run, e.g. "-s train.device=cuda"; never data/partition/noise keys).
+FMNIST_OUT=${FMNIST_OUT:-runs/fmnist}
+SEEDS=${SEEDS:-"0 1 2"}
+JOBS=${JOBS:-1}
+PY=${PY:-.venv/bin/python}
+EXTRA=${EXTRA:-}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
+# The baselines of every doc's Fashion-MNIST table (method.params={}: drop the preset method's params).
+FM_BASELINES=(fedavg fedprox symmetric_ce coteaching fednoro fedcorr dividemix)
+
+fm_resume() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
+
+fm_jobs=$(mktemp)
+trap 'rm -f "$fm_jobs"' EXIT
+
+fm_prepare() {  # preset seed [clean] -> prints the data dir (prepared once)
+  local data=$FMNIST_OUT/$1/data-s$2 noise=""
+  if [ "${3:-}" = clean ]; then data=$FMNIST_OUT/$1/data-clean-s$2; noise="-s noise.type=none"; fi
+  # shellcheck disable=SC2086
+  [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "configs/fmnist/$1.yaml" --out "$data" \
+    -s seed="$2" $noise > /dev/null || { echo "prepare failed: $data" >&2; return 1; }
+  echo "$data"
+}
+
+fm_queue() {  # preset row args... : one run per seed; command.txt records the row's command
+  local preset=$1 row=$2 seed data run clean=""
+  shift 2
+  [ "$row" = fedavg-clean ] && clean=clean
+  mkdir -p "$FMNIST_OUT/$preset/$row"
+  echo "fedcore run configs/fmnist/$preset.yaml --data $FMNIST_OUT/$preset/data${clean:+-clean}-s<seed>" \
+    "-s seed=<seed> $*" > "$FMNIST_OUT/$preset/$row/command.txt"
+  for seed in $SEEDS; do
+    run=$FMNIST_OUT/$preset/$row/s$seed
+    [ -f "$run/metrics.json" ] && continue
+    data=$(fm_prepare "$preset" "$seed" $clean) || return 1
+    echo "nice -n 10 $PY -m fedcore run configs/fmnist/$preset.yaml --data $data --out $run $(fm_resume "$run")" \
+      "-s seed=$seed $* $EXTRA --no-progress > $run.log 2>&1 || echo FAILED $run" >> "$fm_jobs"
+  done
+}
+
+fm_baselines() {  # preset: every baseline plus FedAvg on clean labels (the ceiling)
+  local m
+  for m in "${FM_BASELINES[@]}"; do fm_queue "$1" "$m" -s method.name=$m "-s method.params={}"; done
+  fm_queue "$1" fedavg-clean -s method.name=fedavg "-s method.params={}"
+}
+
+fm_go() {  # run what was queued, then print the tables of the given presets
+  echo "fmnist: $(wc -l < "$fm_jobs") runs to do under $FMNIST_OUT (JOBS=$JOBS)" >&2
+  xargs -P "$JOBS" -I{} bash -c {} < "$fm_jobs"
+  $PY docs/results/fmnist_table.py "$FMNIST_OUT" "$@"
+}

@@ -1,0 +1,94 @@
+"""The `fmnist` modes of docs/results/*.sh (through fmnist_lib.sh) and fmnist_table.py.
+
+`PY` is a stand-in that logs each call and writes what `fedcore data prepare` / `fedcore run`
+would (a manifest; metrics.json and history.csv with chosen numbers), so the test checks what
+the scripts queue, share, skip and resume, and what the table computes, without training.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAKE_PY = r"""#!/usr/bin/env bash
+echo "$*" >> "$FAKE_LOG"
+if [[ "$1" != -m ]]; then exec "$REAL_PY" "$@"; fi   # the table script
+out=""; prev=""
+for a in "$@"; do [[ "$prev" == --out ]] && out=$a; prev=$a; done
+mkdir -p "$out"
+if [[ "$3" == data ]]; then echo '{}' > "$out/manifest.json"; exit 0; fi
+# fedavg: last-10 0.30, best 0.50 at round 4; every other method: last-10 0.55, best 0.60 at round 9
+if [[ "$*" == *method.name=fedavg* ]]; then l=0.30 b=0.50 r=4; else l=0.55 b=0.60 r=9; fi
+echo "{\"summary\": {\"final/acc_last10\": $l, \"final/acc_best\": $b, \"final/acc_best_round\": $r}}" \
+  > "$out/metrics.json"
+printf 'round,train/memorization,detect/client_f1\n1,0.1,1.0\n2,0.4,\n' > "$out/history.csv"
+"""
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> dict:
+    py = tmp_path / "py"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    return {"PY": str(py), "FAKE_LOG": str(tmp_path / "log"), "REAL_PY": sys.executable, "PATH": "/usr/bin:/bin"}
+
+
+def script(env: dict, *args: str) -> subprocess.CompletedProcess:
+    out = subprocess.run(["bash", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def calls(env: dict, kind: str) -> list[str]:
+    log = Path(env["FAKE_LOG"])
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [c for c in lines if c.startswith(f"-m fedcore {kind}")]
+
+
+def test_fedsir_fmnist_mode_shares_data_skips_and_resumes(tmp_path: Path, fake: dict):
+    out = tmp_path / "fm"
+    first = script(fake, "docs/results/fedsir.sh", "fmnist", str(out))
+    runs = calls(fake, "run")
+    # 2 presets x (7 baselines + clean ceiling + FedSIR + 6 ablations) x 3 seeds
+    assert len(runs) == 2 * 15 * 3
+    assert len(calls(fake, "data")) == 2 * 2 * 3  # one noisy and one clean artifact per preset and seed
+    for r in runs:
+        seed = r.split("-s seed=")[1].split()[0]
+        preset = r.split("configs/fmnist/")[1].split(".yaml")[0]
+        data = f"{out}/{preset}/data-{'clean-' if '/fedavg-clean/' in r else ''}s{seed}"
+        assert f"--data {data} " in r
+    assert "method.params.relabel=false" in " ".join(runs) and "method.name=dividemix" in " ".join(runs)
+    # The table: FedSIR rows above FedAvg's best round (0.55 > 0.50) beat it; memorization first -> last.
+    assert "| fedsir (3) | 55.0 ± 0.0 | 60.0 ± 0.0 | 9 ± 0 | 10.0 ± 0.0 → 40.0 ± 0.0 | 1.00 ± 0.00 | - " \
+           "| yes (+5.0) |" in first.stdout
+    assert "| fedavg (3) | 30.0 ± 0.0 | 50.0 ± 0.0 | 4 ± 0 |" in first.stdout
+    assert "- fedsir-no_kd: `fedcore run configs/fmnist/fedsir_09.yaml --data" in first.stdout
+
+    Path(fake["FAKE_LOG"]).unlink()
+    (out / "fedsir_09/fedsir/s1/metrics.json").unlink()  # interrupted: checkpoints, no metrics.json
+    (out / "fedsir_09/fedsir/s1/checkpoints").mkdir()
+    (out / "fedsir_09/fedsir/s1/checkpoints/stage-identify.pt").write_bytes(b"x")
+    script(fake, "docs/results/fedsir.sh", "fmnist", str(out))
+    again = calls(fake, "run")
+    assert len(again) == 1 and f"--resume {out}/fedsir_09/fedsir/s1" in again[0]
+    assert calls(fake, "data") == []
+
+
+@pytest.mark.parametrize(("args", "presets"), [
+    (["docs/results/fedgr.sh", "{out}", "1", "fmnist"], 2),
+    (["docs/results/fedrg.sh", "fmnist", "{out}"], 4),
+    (["docs/results/baselines.sh", "fmnist", "{out}"], 8),
+])
+def test_other_docs_queue_every_baseline_on_their_presets(tmp_path: Path, fake: dict, args: list, presets: int):
+    out = tmp_path / "fm"
+    res = script(fake, *[a.format(out=out) for a in args])
+    runs = calls(fake, "run")
+    assert len(runs) == presets * 8 * 3
+    for m in ("fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix"):
+        assert sum(f"method.name={m} " in r for r in runs) == presets * 3 * (2 if m == "fedavg" else 1)
+    assert res.stdout.count("### ") == presets
