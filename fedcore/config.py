@@ -130,6 +130,9 @@ class TrainConfig(Strict):
         False, description="also score each trained client's local model on its own noisy samples every round "
         "(train/local_memorization; one forward pass over them)"
     )
+    loss_probe: bool = Field(
+        False, description="at eval, also score a small-loss GMM detector on the global model "
+        "(detect/loss_probe/*), whatever the method; never feeds back into training")
 
 
 class MethodConfig(Strict):

@@ -94,7 +94,8 @@ def run_experiment(
         state, loop_state = restore(payload, device, clients_state)
         for cb, st in zip(cbs, payload["callbacks"], strict=False):
             cb.load_state_dict(st)
-    evaluator = Evaluator(fed, device, ctx.store, memorization=cfg.train.memorization)
+    evaluator = Evaluator(fed, device, ctx.store, memorization=cfg.train.memorization,
+                          loss_probe=cfg.train.loss_probe, seed=cfg.seed)
     # Only now, with data, method and checkpoint accepted: bad input leaves no empty run dir behind.
     out.mkdir(parents=True, exist_ok=True)
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,

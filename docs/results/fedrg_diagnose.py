@@ -21,6 +21,7 @@ import fedcore.methods.fedrg as fedrg_mod
 from fedcore.data.federated import FederatedDataset
 from fedcore.registries import load_config
 from fedcore.run import run_experiment
+from fedcore.stats import vmf
 from fedcore.stats.gmm import clean_posterior
 
 CALLS: list[tuple] = []  # (round, kind, idx, score, flagged, seed)
@@ -28,7 +29,7 @@ CALLS: list[tuple] = []  # (round, kind, idx, score, flagged, seed)
 
 def _recording_detect(orig):
     def detect(method, task):
-        split = fedrg_mod.vmf.split_noisy
+        split = vmf.split_noisy
         kinds = iter(("geometry", "small_loss"))
         idx = task.data.indices.cpu().numpy()
 
@@ -37,11 +38,11 @@ def _recording_detect(orig):
             CALLS.append((task.rnd, next(kinds), idx, np.asarray(score, float), flagged, seed))
             return flagged
 
-        fedrg_mod.vmf.split_noisy = record
+        vmf.split_noisy = record
         try:
             return orig(method, task)
         finally:
-            fedrg_mod.vmf.split_noisy = split
+            vmf.split_noisy = split
     return detect
 
 

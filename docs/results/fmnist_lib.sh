@@ -5,8 +5,12 @@
 # skipped, interrupted ones (checkpoints, no metrics.json) resumed, so the scripts share runs:
 # the baselines of a preset run once whichever script queues them first.
 # Environment: FMNIST_OUT (runs/fmnist), SEEDS ("0 1 2"), JOBS (1), PY (.venv/bin/python),
-#   EXTRA (appended to every run, e.g. "-s train.device=cuda"; never data/partition/noise keys).
+#   EXTRA (appended to every run, e.g. "-s train.device=cuda"; never data/partition/noise keys),
+#   FMNIST_PRESETS (configs/fmnist: where <preset>.yaml lives).
+# Baselines log the small-loss probe on their global model (train.loss_probe; it never feeds back
+# into training), so docs can compare a method's detector with small loss on a FedAvg+CE model.
 FMNIST_OUT=${FMNIST_OUT:-runs/fmnist}
+FMNIST_PRESETS=${FMNIST_PRESETS:-configs/fmnist}
 SEEDS=${SEEDS:-"0 1 2"}
 JOBS=${JOBS:-1}
 PY=${PY:-.venv/bin/python}
@@ -24,7 +28,7 @@ fm_prepare() {  # preset seed [clean] -> prints the data dir (prepared once)
   local data=$FMNIST_OUT/$1/data-s$2 noise=""
   if [ "${3:-}" = clean ]; then data=$FMNIST_OUT/$1/data-clean-s$2; noise="-s noise.type=none"; fi
   # shellcheck disable=SC2086
-  [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "configs/fmnist/$1.yaml" --out "$data" \
+  [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "$FMNIST_PRESETS/$1.yaml" --out "$data" \
     -s seed="$2" $noise > /dev/null || { echo "prepare failed: $data" >&2; return 1; }
   echo "$data"
 }
@@ -34,20 +38,20 @@ fm_queue() {  # preset row args... : one run per seed; command.txt records the r
   shift 2
   [ "$row" = fedavg-clean ] && clean=clean
   mkdir -p "$FMNIST_OUT/$preset/$row"
-  echo "fedcore run configs/fmnist/$preset.yaml --data $FMNIST_OUT/$preset/data${clean:+-clean}-s<seed>" \
+  echo "fedcore run $FMNIST_PRESETS/$preset.yaml --data $FMNIST_OUT/$preset/data${clean:+-clean}-s<seed>" \
     "-s seed=<seed> $*" > "$FMNIST_OUT/$preset/$row/command.txt"
   for seed in $SEEDS; do
     run=$FMNIST_OUT/$preset/$row/s$seed
     [ -f "$run/metrics.json" ] && continue
     data=$(fm_prepare "$preset" "$seed" $clean) || return 1
-    echo "nice -n 10 $PY -m fedcore run configs/fmnist/$preset.yaml --data $data --out $run $(fm_resume "$run")" \
+    echo "nice -n 10 $PY -m fedcore run $FMNIST_PRESETS/$preset.yaml --data $data --out $run $(fm_resume "$run")" \
       "-s seed=$seed $* $EXTRA --no-progress > $run.log 2>&1 || echo FAILED $run" >> "$fm_jobs"
   done
 }
 
 fm_baselines() {  # preset: every baseline plus FedAvg on clean labels (the ceiling)
   local m
-  for m in "${FM_BASELINES[@]}"; do fm_queue "$1" "$m" -s method.name=$m "-s method.params={}"; done
+  for m in "${FM_BASELINES[@]}"; do fm_queue "$1" "$m" -s method.name=$m "-s method.params={}" -s train.loss_probe=true; done
   fm_queue "$1" fedavg-clean -s method.name=fedavg "-s method.params={}"
 }
 

@@ -23,7 +23,7 @@ def scene_for(ds: RawDataset, parts: list[np.ndarray], cfg: ExperimentConfig) ->
                 f"dataset '{ds.name}' is multi-label; noise.type must be one of {[*MULTI_LABEL_NOISE, 'none']}"
             )
         multi = importlib.import_module("fedcore.data.noise_multilabel")
-        return multi.inject_multilabel_noise(ds.y_train, parts, cfg.noise, cfg.data_seed)
+        return multi.inject_multilabel_noise(ds.y_train, parts, cfg.noise, cfg.data_seed, y_given=ds.y_train_noisy)
     return inject_noise(
         ds.y_train, parts, cfg.noise, ds.num_classes, cfg.data_seed, asym_map=ds.asym_map,
         y_real_noisy=ds.y_train_noisy, y_true_known=ds.y_train_known,

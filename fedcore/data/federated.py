@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 import fedcore
+from fedcore.data.premise import premise_check
 from fedcore.errors import ArtifactError
 from fedcore.io import publish_dir, sha256_file
 
@@ -244,7 +245,8 @@ def _truth_from_tensors(d: dict[str, Any]) -> GroundTruth:
 
 
 def scene_report(fed: FederatedDataset) -> dict[str, Any]:
-    """Per-client size, classes held, noise flag/type/target/realized rate, plus totals."""
+    """Per-client size, classes held, noise flag/type/target/realized rate, plus totals (and the
+    premise check of consensus methods where the dataset knows its true label correlation)."""
     t = fed.truth
     clients = []
     for cid, idx in enumerate(fed.client_indices):
@@ -268,7 +270,16 @@ def scene_report(fed: FederatedDataset) -> dict[str, Any]:
         "overall_noise_rate": _f(np.mean(t.is_noisy_sample)),
         "clients": clients,
         "notes": fed.meta.get("notes", []),
+        **_premise(fed),
     }
+
+
+def _premise(fed: FederatedDataset) -> dict[str, Any]:
+    truth = (fed.meta.get("extras") or {}).get("true_corr")
+    if fed.task != "multi" or truth is None:
+        return {}
+    labels = {"clean": fed.truth.y_true, "annotated": fed.y_train.numpy()}
+    return {"premise": premise_check(labels, fed.client_indices, truth)}
 
 
 def _f(x: float) -> float | None:

@@ -13,6 +13,11 @@ The realized rate is that same ratio measured over the client, averaged over the
 operations applied (flip: drops and additions). A label a client never holds receives no
 extra copies, so globalized and localized scopes coincide here. is_noisy_sample marks
 samples whose label vector changed.
+
+A dataset may ship its own annotations beside the clean labels (`y_given`, e.g.
+scenes_mosaic's never-annotated labels): noise is then injected on top of them, the truth
+stays the clean labels, and a client whose annotations already differ is marked noisy with
+type 'unannotated' (realized rate as for 'missing') unless noise is injected there as well.
 """
 
 from __future__ import annotations
@@ -52,8 +57,10 @@ def realized_rate(y: np.ndarray, y_noisy: np.ndarray, kind: str) -> float:
     return (dropped + added) / (ops * pos)
 
 
-def inject_multilabel_noise(y: np.ndarray, parts: list[np.ndarray], cfg: NoiseConfig, seed: int) -> NoiseScene:
-    """Noise scene for 0/1 targets y (N, C) split into client index arrays."""
+def inject_multilabel_noise(y: np.ndarray, parts: list[np.ndarray], cfg: NoiseConfig, seed: int,
+                            y_given: np.ndarray | None = None) -> NoiseScene:
+    """Noise scene for clean 0/1 targets y (N, C) split into client index arrays; y_given (N, C):
+    the dataset's own annotations, corrupted instead of y when present (see module doc)."""
     if cfg.type not in (*MULTI_LABEL_NOISE, "none"):
         raise ConfigError(f"noise.type '{cfg.type}' is for single-label data; use one of {list(MULTI_LABEL_NOISE)}")
     k = len(parts)
@@ -61,12 +68,17 @@ def inject_multilabel_noise(y: np.ndarray, parts: list[np.ndarray], cfg: NoiseCo
     hist = np.stack([y[p].sum(axis=0) for p in parts]).astype(np.int64)
     noisy = np.zeros(k, dtype=bool) if cfg.type == "none" else choose_noisy_clients(hist, cfg, rng)
     rates = draw_rates(noisy, cfg, rng)
-    y_noisy = y.copy()
+    base = y if y_given is None else np.asarray(y_given, dtype=y.dtype)
+    y_noisy = base.copy()
     for cid in np.flatnonzero(noisy):
         crng = np.random.default_rng([seed, _SALT, int(cid)])
-        y_noisy[parts[cid]] = corrupt_client(y[parts[cid]], cfg.type, float(rates[cid]), crng)
-    types = [cfg.type if noisy[c] else "none" for c in range(k)]
-    realized = np.array([realized_rate(y[p], y_noisy[p], types[c]) for c, p in enumerate(parts)])
+        y_noisy[parts[cid]] = corrupt_client(base[parts[cid]], cfg.type, float(rates[cid]), crng)
+    given = np.array([bool((base[p] != y[p]).any()) for p in parts], dtype=bool)
+    types = [cfg.type if noisy[c] else ("unannotated" if given[c] else "none") for c in range(k)]
+    rates = np.where(given & ~noisy, np.nan, rates)  # no target: the dataset fixed those annotations
+    noisy = noisy | given
+    realized = np.array([realized_rate(y[p], y_noisy[p], types[c] if types[c] != "unannotated" else "missing")
+                         for c, p in enumerate(parts)])
     flags = (y_noisy != y).any(axis=1)
     notes = ["multi-label noise: scope has no effect (extra labels are only ever added to labels a client holds)"] \
         if cfg.type != "none" and cfg.scope == "localized" else []

@@ -21,5 +21,9 @@ def print_scene(fed: FederatedDataset, console: Console) -> None:
             "-" if c["realized_rate"] is None else f"{c['realized_rate']:.3f}",
         )
     console.print(table)
+    for name, res in rep.get("premise", {}).items():
+        verdict = "holds" if res["consensus"] < res["own"] else "FAILS"
+        console.print(f"premise ({name} labels): leave-one-out consensus to true correlation {res['consensus']:.3f} "
+                      f"vs a client's own {res['own']:.3f} (mean over clients): {verdict}")
     for note in rep["notes"]:
         console.print(f"note: {note}")

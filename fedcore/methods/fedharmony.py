@@ -2,10 +2,10 @@
 
 "FedHarmony: Harmonizing Heterogeneous Label Correlations in Federated Multi-Label
 Learning." CVPR 2026, arXiv:2604.28024. No public code; this follows the spec
-(docs: /work/shared/spec/fedharmony.md).
+(docs: /work/shared/spec/fedharmony.md, with its v2 notes).
 
-Each round, client k trains with BCE + lam * sum_g ||R_k[S_g,S_g] - R*_k[S_g,S_g]||_F^2,
-R_k being the phi correlation of its sigmoid outputs recomputed on every mini-batch
+Each round, client k trains with BCE + lam * Psi over the blocks S_g of
+R_k - R*_k, R_k being the phi correlation of its sigmoid outputs
 (`stats.correlation.phi_correlation`), R*_k its leave-one-out consensus teacher and S_g
 spectral blocks of |R*_k|. After training it uploads R_k of its whole local data. The
 server forms every client's teacher from the other clients' latest R_j, re-derives the
@@ -16,11 +16,26 @@ alpha(t) = max(0, 1 - t / T0).
 Switches (the paper's ablation): `consensus` (the ECL alignment term; off = plain BCE
 locally), `caa` (off = sample-count weights), `blocks` (off = align the full matrix).
 
+The alignment term (v2; `estimate: batch, scale: sum` is the spec-v1 form, kept for comparison):
+- estimate 'whole' (default): R_k in the loss is the phi of the client's *whole local set*:
+  every local sample is scored at the round start, and each step refreshes the batch's
+  rows with the current, differentiable outputs (`refreshed_phi`); the refreshed rows are
+  then written back, so the table follows the model within the epoch. A phi of the 32 batch
+  rows alone (estimate 'batch', spec v1) carries sampling variance of the order of the BCE
+  (about 0.9 in squared Frobenius over 28 entries), and its squared gap rewards near-constant
+  outputs. The whole-set estimate is chosen over an EMA of batch moments because it is
+  exactly the statistic the client uploads and is compared on (an EMA still carries a share
+  of the batch variance and lags the model); it costs one scoring pass over the local set per
+  round. Gradients reach the model through the batch rows, each weighted 1/n; they are scaled
+  by n / B so that each step is an unbiased estimate of the whole-set gradient.
+- scale 'entry' (default): Psi is the *mean* squared gap over the aligned entries, so lam
+  means the same at any label count and block size ('sum': the spec-v1 squared Frobenius).
+  CAA's s_k stays the spec's sum over the block entries (gamma is a temperature on it).
+
 Choices (the paper leaves them open; all are params):
 - consensus operator A: sample-count weighted mean of the other clients' R_j (`teacher:
   median` for the elementwise median);
-- Psi: squared Frobenius distance; lam = 1.0; gamma = 1.0; G = ceil(C / 4); T0 = T / 2
-  with T = train.rounds (`t0_fraction`);
+- lam = 1.0; gamma = 1.0; G = ceil(C / 4); T0 = T / 2 with T = train.rounds (`t0_fraction`);
 - R_k uploaded is computed with the client's *trained* local model f_k on all its data;
 - the teacher used in round t was formed at the end of round t-1 (one exchange per round,
   so round 0 trains without alignment); the server forms it from the same uploads it
@@ -57,6 +72,8 @@ from fedcore.stats.correlation import (
     default_num_blocks,
     leave_one_out,
     phi_correlation,
+    refreshed_phi,
+    scale_grad,
     spectral_blocks,
 )
 from fedcore.train.local import predict_client
@@ -72,6 +89,10 @@ class FedHarmonyParams(MethodParams):
     caa: bool = Field(True, description="correlation-aware aggregation (off: sample-count weights)")
     blocks: bool = Field(True, description="align within spectral blocks (off: the full matrix)")
     eps: float = Field(1e-6, gt=0.0, description="phi correlation denominator guard")
+    estimate: Literal["whole", "batch"] = Field(
+        "whole", description="R_k in the loss: whole local set refreshed per step, or the mini-batch alone (spec v1)")
+    scale: Literal["entry", "sum"] = Field(
+        "entry", description="alignment Psi: mean squared gap per aligned entry, or the sum (spec v1)")
 
 
 @register("fedharmony", params=FedHarmonyParams)
@@ -96,22 +117,34 @@ class FedHarmony(StagedMethod):
             return {}
         dev = self.ctx.device
         mask = self._mask(task.instructions["blocks"].get(task.cid))
-        return {"teacher": torch.as_tensor(teacher, dtype=torch.float32, device=dev),
-                "mask": torch.as_tensor(mask, dtype=torch.float32, device=dev)}
+        extras = {"teacher": torch.as_tensor(teacher, dtype=torch.float32, device=dev),
+                  "mask": torch.as_tensor(mask, dtype=torch.float32, device=dev)}
+        if self.params.estimate == "whole":  # every local sample's scores at the round start
+            extras["table"] = torch.sigmoid(predict_client(self.model, task.data)).double()
+        return extras
 
     def loss(self, model, batch, task, extras) -> torch.Tensor:
         logits = model(batch.x)
         out = self.base_loss(logits, batch.y)
         if "teacher" in extras:
-            r = phi_correlation(torch.sigmoid(logits), eps=self.params.eps)
-            out = out + self.params.lam * alignment_gap(r, extras["teacher"], extras["mask"])
+            f = torch.sigmoid(logits)
+            if "table" in extras:
+                table = extras["table"]
+                rows = scale_grad(f.double(), table.shape[0] / len(batch.pos))
+                r = refreshed_phi(table, batch.pos, rows, eps=self.params.eps)
+                table[batch.pos] = f.detach().double()  # the table follows the model step by step
+            else:
+                r = phi_correlation(f, eps=self.params.eps)
+            gap = alignment_gap(r, extras["teacher"], extras["mask"], per_entry=self.params.scale == "entry")
+            out = out + self.params.lam * gap
         return out
 
     def after_local(self, task: ClientTask, extras: dict[str, Any]) -> tuple[dict[str, Any], None]:
         probs = torch.sigmoid(predict_client(self.model, task.data))
         r = phi_correlation(probs.double(), eps=self.params.eps).cpu().numpy()
         if "teacher" in extras:
-            gap = alignment_gap(torch.as_tensor(r), extras["teacher"].cpu().double(), extras["mask"].cpu())
+            gap = alignment_gap(torch.as_tensor(r), extras["teacher"].cpu().double(), extras["mask"].cpu(),
+                                per_entry=self.params.scale == "entry")
             extras["metrics"] = {"harmony/client_gap": float(gap)}
         return {"corr": r}, None
 

@@ -10,7 +10,7 @@ Each train round, every client embeds its whole local set with the received mode
 its vMF mixture with a uniform background (`stats.vmf`), tempers the responsibilities by
 two-view agreement, scores each sample against the class-geometry matrix B, and splits
 1 - score with a 2-component GMM into clean and noisy. Local loss:
-lambda_s * SCE(all) + lambda_n * forward-corrected NLL through the client's personal
+lambda_s * SCE(all, or the kept ones) + lambda_n * forward-corrected NLL through the client's personal
 absorption matrix T on the noisy ones. T is a parameter of the model wrapper under
 `absorption.`, declared personal so the engine keeps it per client and never averages it.
 
@@ -30,6 +30,18 @@ docs/results/fedrg.md: `t_lr_scale` (T's rate relative to the network's; at the 
 rate T collapses within a round to near-identical rows, mean diag ~0.2-0.3) and `b_fallback`
 (a label none of whose samples was judged clean feeds B from all its samples, instead of
 decaying to a uniform row).
+The spec's v2 variants (defaults: the paper's reading):
+- `score: posterior` scores <gamma~, P(y | component)>: B's smoothed soft counts normalized per
+  component, not per label (`stats.vmf.posterior_score`; EMA'd like B but started at the first
+  round's counts). Where a (client, label) group is mostly noise B[y] learns the noise and the
+  paper score calls it clean; a class's own label still dominates its components while less
+  than half of the class is flipped. (`code`: the public code's ratio, equal to `paper` here.)
+- `sce_on: clean` puts only the samples the split kept in the lambda_s term (the paper's
+  overview; `all` is its formula and the public code), so flagged samples learn through T alone.
+- `t_init: estimate` sets T once per client, on its first visit after the stage's first train
+  round (a trained head), to T[k, j] = (sum_{flagged i, y_i = j} softmax(f(x_i))[k]
+  + t_prior [j == k]) / row sum (`stats.transition`); SGD trains it on from there. At the
+  identity, an accurate detector makes L_n plain CE on the noise. No effect with `absorption: off`.
 The upper kappa clamp is a param too (`kappa_max`, spec 100): on 128-d digits features every
 component sits at it, and raising it made detection worse (docs/results/fedrg.md).
 Choices: z for the mixture is the un-augmented input's normalized encoder output; the two
@@ -47,16 +59,15 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import Field, field_validator
 from torch import nn
 
-from fedcore.engine.types import Estimates, RoundMetrics, Stage
+from fedcore.engine.types import Estimates, RoundMetrics, RoundPlan, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
+from fedcore.methods.fedrg_detect import detect
 from fedcore.methods.registry import MethodParams, register
 from fedcore.models.base import seeded_init
-from fedcore.stats import vmf
 from fedcore.train import losses
 from fedcore.train.local import make_optimizer
 
@@ -67,7 +78,14 @@ class FedRGParams(MethodParams):
     ssl_pretrain: bool = Field(True, description="run the federated SimCLR stage first")
     absorption: Literal["on", "off", "global"] = Field("on", description="personal T | none (T = I) | averaged T")
     loss: Literal["sce", "ce"] = Field("sce", description="loss on all samples")
-    score: Literal["paper", "code"] = Field("paper", description="clean-score form")
+    score: Literal["paper", "code", "posterior"] = Field(
+        "paper", description="clean score: paper <gamma, B[y]> | code (public code's ratio) | posterior "
+        "<gamma, P(y | component)>, robust where noise is the majority of a (client, label) group")
+    sce_on: Literal["all", "clean"] = Field(
+        "all", description="samples the lambda_s term sees: all (the paper's formula) | clean (its overview)")
+    t_init: Literal["identity", "estimate"] = Field(
+        "identity", description="T's start: identity (paper) | estimate from the flagged samples' predictions")
+    t_prior: float = Field(1.0, gt=0.0, description="t_init=estimate: pseudo-samples per class on T's diagonal")
     ssl_temperature: float = Field(0.07, gt=0.0, description="NT-Xent temperature (paper 0.07)")
     proj_dim: int = Field(128, ge=1, description="projector output size")
     components: int | None = Field(None, ge=1, description="vMF components G; default: number of classes")
@@ -131,52 +149,6 @@ class FedRGNet(nn.Module):
         return self.net.head(z)
 
 
-@torch.no_grad()
-def embed(method: FedRG, task) -> tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]:
-    """Unit embeddings of every local sample and of two SimCLR views, plus logits.
-
-    Returns z, z1, z2 (n, d) float64 arrays and logits (n, C) on the device.
-    """
-    model, data, aug = method.model.eval(), task.data, method.augmenter()
-    zs, logits = [], []
-    for pos in data.eval_batches():
-        x01 = data.x01(pos)
-        v1, v2 = aug.simclr_views(x01, task.gen)
-        h = model.features(method.ctx.store.normalize(torch.cat([x01, v1, v2])))
-        b = len(pos)
-        logits.append(model.head(h[:b]))
-        zs.append(F.normalize(h, dim=1).double().cpu().numpy().reshape(3, b, -1))
-    z = np.concatenate(zs, axis=1)
-    return z[0], z[1], z[2], torch.cat(logits)
-
-
-def detect(method: FedRG, task) -> dict[str, Any]:
-    """One client's detection pass: vMF geometry detector (-> training mask) and small-loss detector."""
-    p, y_t = method.params, task.data.labels
-    y, c = y_t.cpu().numpy(), method.ctx.num_classes
-    z, z1, z2, logits = embed(method, task)
-    st, g = task.state, p.components or c
-    mix = vmf.VMFMixture(**st["mix"]) if "mix" in st else vmf.init_mixture(z, g, task.rng, p.kappa0, p.pi0)
-    mix = vmf.fit(z, mix, p.em_iters, p.mix_momentum, p.normalizer, prior=p.prior, kappa_clamp=(0.5, p.kappa_max))
-    kappa_aug = vmf.aug_concentration(z1, z2)
-    median = vmf.ema_median(st.get("median"), kappa_aug, p.median_momentum)
-    resp = vmf.responsibilities(z, mix, vmf.temper_factor(kappa_aug, median), p.normalizer)
-    weight = st.get("clean", np.ones(len(y), bool))
-    weight = vmf.label_fallback(y, weight) if p.b_fallback else weight
-    b_new = vmf.class_geometry(resp[:, 1:], y, weight, c, p.eta)
-    b = vmf.ema_rows(st.get("B", np.full((c, g), 1.0 / g)), b_new, p.b_momentum)
-    score = vmf.clean_score(resp, b, y, p.score)
-    seeds = task.rng.integers(2**31, size=2)
-    noisy = vmf.split_noisy(1.0 - score, int(seeds[0]))
-    ce = F.cross_entropy(logits, y_t, reduction="none").cpu().numpy()
-    small_loss = vmf.split_noisy(ce, int(seeds[1]))
-    metrics = {"detect/flagged": float(noisy.mean()), "detect/small_loss/flagged": float(small_loss.mean()),
-               "vmf/pi0": mix.pi0, "vmf/kappa_mean": float(mix.kappa.mean()),
-               "vmf/bg_resp": float(resp[:, 0].mean())}
-    return {"noisy": torch.as_tensor(noisy, device=y_t.device), "small_loss": small_loss, "metrics": metrics,
-            "state": {"mix": mix.as_dict(), "median": median, "B": b, "clean": ~noisy}}
-
-
 @register("fedrg", params=FedRGParams)
 class FedRG(StagedMethod):
     def __init__(self, cfg, params: FedRGParams) -> None:
@@ -199,6 +171,11 @@ class FedRG(StagedMethod):
 
     def build_model(self) -> nn.Module:
         return FedRGNet(super().build_model(), self.params.proj_dim, self.ctx.num_classes, self.ctx.seed + 7919)
+
+    def plan_round(self, state, rnd):
+        # Clients learn how many train rounds the received head has had (for t_init=estimate).
+        ins = {"train_round": state.stage_round} if state.stage == "train" else {}
+        return RoundPlan(stage=state.stage, instructions=ins)
 
     # -- local training -----------------------------------------------------------------
     def targets(self, task) -> torch.Tensor:
@@ -223,15 +200,21 @@ class FedRG(StagedMethod):
             return self.simclr_loss(model, batch.x, task.gen)
         p = self.params
         logits = model(batch.x)
-        if p.loss == "sce":
-            main = losses.sce(logits, batch.y, alpha=p.sce_alpha, beta=p.sce_beta)
-        else:
-            main = losses.ce(logits, batch.y)
         noisy = extras["noisy"][batch.pos]
+        main = self.main_loss(logits, batch.y, ~noisy if p.sce_on == "clean" else None)
         if not bool(noisy.any()) or p.lambda_n == 0:
             return p.lambda_s * main
         t = model.absorption.T if p.absorption != "off" else torch.eye(logits.shape[1], device=logits.device)
         return p.lambda_s * main + p.lambda_n * losses.forward_corrected_nll(logits[noisy], batch.y[noisy], t)
+
+    def main_loss(self, logits: torch.Tensor, y: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        """SCE (or CE) averaged over the batch, or over its `keep` samples (0 when there are none)."""
+        if keep is not None:
+            if not bool(keep.any()):
+                return logits.sum() * 0.0
+            logits, y = logits[keep], y[keep]
+        p = self.params
+        return losses.sce(logits, y, alpha=p.sce_alpha, beta=p.sce_beta) if p.loss == "sce" else losses.ce(logits, y)
 
     def simclr_loss(self, model: FedRGNet, x01: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """Symmetric NT-Xent of the projections of two SimCLR views of x01 (B, C, H, W)."""

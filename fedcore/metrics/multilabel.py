@@ -10,6 +10,9 @@ All values are fractions in [0, 1] (like test/acc); the literature prints them x
 - corr_dist: Frobenius distance between the phi correlation of the model's test scores
   and the true correlation, over off-diagonal entries (the diagonal of the truth is 1 by
   definition and of soft scores measures confidence, not co-occurrence).
+- corr_dist_hard: the same for the thresholded predictions (score >= 0.5). The soft phi
+  divides by p (1 - p) of the mean score, so it shrinks toward 0 as scores grow uncertain
+  and mixes confidence into the distance (spec v2 notes); this one scores what the model predicts.
 
 AP follows scikit-learn's `average_precision_score`: sum_n (R_n - R_{n-1}) P_n over the
 distinct score thresholds, ties forming one threshold.
@@ -103,4 +106,5 @@ def multilabel_eval(
                                                                 y.detach().float().cpu()))
     if true_corr is not None:
         out["test/corr_dist"] = corr_distance(probs, true_corr)
+        out["test/corr_dist_hard"] = corr_distance((probs >= 0.5).double(), true_corr)
     return out

@@ -31,6 +31,25 @@ def binary_prf(pred_pos: np.ndarray, true_pos: np.ndarray) -> dict[str, float]:
     return {"precision": float(prec), "recall": float(rec), "f1": float(f1), "acc": acc}
 
 
+def noise_majority(labels: np.ndarray, is_noisy: np.ndarray) -> np.ndarray:
+    """Per sample of one client (n,): True where its given label's group on the client holds more
+    noisy than clean samples (a tie counts as clean-majority). labels: (n,) given labels."""
+    labels, noisy = np.asarray(labels), np.asarray(is_noisy, bool)
+    groups, inv = np.unique(labels, return_inverse=True)
+    n_noisy = np.bincount(inv, weights=noisy, minlength=len(groups))
+    return (n_noisy > np.bincount(inv, minlength=len(groups)) - n_noisy)[inv]
+
+
+def split_prf(pred_pos: np.ndarray, true_pos: np.ndarray, majority: np.ndarray) -> dict[str, float]:
+    """`binary_prf` within the noise-majority samples (keys *_majority) and within the rest (*_minority)."""
+    p, t, m = (np.asarray(v, bool) for v in (pred_pos, true_pos, majority))
+    out: dict[str, float] = {}
+    for name, sel in (("majority", m), ("minority", ~m)):
+        prf = binary_prf(p[sel], t[sel])
+        out.update({f"{k}_{name}": prf[k] for k in ("precision", "recall", "f1")})
+    return out
+
+
 def flag_dependence(flags: np.ndarray, labels: np.ndarray) -> float:
     """Normalized mutual information between a detector's noisy flags and per-sample labels.
 

@@ -23,9 +23,12 @@ from fedcore.metrics.noise import (
     binary_prf,
     flag_dependence,
     memorization_rate,
+    noise_majority,
     rate_pearson_mae,
     relabel_metrics,
+    split_prf,
 )
+from fedcore.metrics.probe import LossProbe
 
 
 class Scorer:
@@ -34,6 +37,10 @@ class Scorer:
         self.parts = [np.asarray(p) for p in fed.client_indices]
         self.y_orig = fed.y_train.numpy()
         self.multi = fed.task == "multi"
+        # Per client: which samples sit in a (client, given label) group where noise outnumbers
+        # the clean labels; detection F1 is also reported within those samples and within the rest.
+        self.majority = None if self.multi else [
+            noise_majority(self.y_orig[p], self.truth.is_noisy_sample[p]) for p in self.parts]
 
     def __call__(self, est: Estimates, rnd: int) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -61,7 +68,9 @@ class Scorer:
     def samples(self, masks: dict[int, np.ndarray]) -> dict[str, float]:
         """Detection P/R/F1 averaged over clients, the pooled F1, and (single-label) how much
         the pooled flags depend on the given label vs on the true noise (NMI): a detector
-        whose label NMI exceeds its noise NMI is sorting classes, not noise."""
+        whose label NMI exceeds its noise NMI is sorting classes, not noise. Single-label runs
+        also get pooled P/R/F1 within noise-majority (client, label) groups (*_majority) and
+        within the other groups (*_minority)."""
         per = [binary_prf(m, self.truth.is_noisy_sample[self.parts[c]]) for c, m in masks.items()]
         out = {k: float(np.mean([p[k] for p in per])) for k in ("precision", "recall", "f1")}
         pooled_pred = np.concatenate([np.asarray(masks[c], bool) for c in masks])
@@ -71,6 +80,7 @@ class Scorer:
             given = np.concatenate([self.y_orig[self.parts[c]] for c in masks])
             out["label_nmi"] = flag_dependence(pooled_pred, given)
             out["noise_nmi"] = flag_dependence(pooled_pred, pooled_true)
+            out.update(split_prf(pooled_pred, pooled_true, np.concatenate([self.majority[c] for c in masks])))
         return out
 
     def relabels(self, labels: dict[int, np.ndarray]) -> dict[str, float]:
@@ -83,7 +93,8 @@ class Evaluator:
     """Scores a model on the test split; optionally memorization of noisy training labels."""
 
     def __init__(self, fed: FederatedDataset, device: torch.device, train_store: TensorStore,
-                 memorization: bool = True, batch_size: int = 1024) -> None:
+                 memorization: bool = True, batch_size: int = 1024, loss_probe: bool = False,
+                 seed: int = 0) -> None:
         self.task, self.num_classes = fed.task, fed.num_classes
         self.test = TensorStore(fed.x_test, fed.meta["mean"], fed.meta["std"], device)
         self.y_test = fed.y_test.to(device)
@@ -97,6 +108,9 @@ class Evaluator:
 
             self.true_corr = true_correlation(fed.meta.get("extras"), fed.y_test.numpy())
         self.last: dict[str, Any] = {}
+        # A small-loss detector on the evaluated model, scored like a method's own (single-label).
+        self.probe = LossProbe(fed, device, seed) if loss_probe and self.task == "single" else None
+        self.scorer = Scorer(fed) if self.probe else None
 
     @torch.no_grad()
     def logits(self, model: torch.nn.Module, store: TensorStore, idx: torch.Tensor) -> torch.Tensor:
@@ -119,6 +133,9 @@ class Evaluator:
         if self.noisy_labels is not None:
             mpred = self.logits(model, self.train_store, self.noisy_idx).argmax(1).cpu().numpy()
             out["train/memorization"] = memorization_rate(mpred, self.noisy_labels, np.ones(len(mpred), bool))
+        if self.probe is not None:
+            masks = self.probe.flags(lambda idx: self.logits(model, self.train_store, idx), rnd)
+            out.update({f"detect/loss_probe/sample_{k}": v for k, v in self.scorer.samples(masks).items()})
         self.last = {"confusion": confusion(y, pred, self.num_classes)}
         return out
 

@@ -1,9 +1,11 @@
 """Label-correlation maths for federated multi-label learning (spec: fedharmony.md).
 
-Pure functions, no I/O: the phi correlation of soft (or hard) label scores, the
-leave-one-out consensus of client correlation matrices, spectral label blocks, the
-block-masked alignment gap, and the correlation-aware aggregation (CAA) weights.
-Torch where gradients must flow (`phi_correlation`, `alignment_gap`), numpy elsewhere.
+Pure functions, no I/O: the phi correlation of soft (or hard) label scores, its
+whole-local-set estimate refreshed by one mini-batch (v2: no per-batch sampling
+variance), the leave-one-out consensus of client correlation matrices and the premise
+check built on it, spectral label blocks, the block-masked alignment gap (summed, or
+per entry), and the correlation-aware aggregation (CAA) weights. Torch where gradients
+must flow (`phi_correlation`, `refreshed_phi`, `alignment_gap`), numpy elsewhere.
 """
 
 from __future__ import annotations
@@ -31,6 +33,47 @@ def phi_correlation(f: torch.Tensor | np.ndarray, eps: float = 1e-6) -> torch.Te
     # sqrt-gradient at 0 and NaNs in the backward pass.
     sd = torch.sqrt((p * (1 - p)).clamp_min(1e-12))
     return (joint - p[:, None] * p[None, :]) / (sd[:, None] * sd[None, :] + eps)
+
+
+def scale_grad(x: torch.Tensor, k: float) -> torch.Tensor:
+    """x in the forward pass, k times its gradient in the backward pass."""
+    return x.detach() + k * (x - x.detach())
+
+
+def refreshed_phi(table: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Phi correlation (C, C) of the whole local set, with the batch's rows refreshed.
+
+    table: (n, C) scores of every local sample (held fixed, no gradient); pos: (B,) positions
+    of the batch, rows: (B, C) their current, differentiable scores. The estimate is the
+    statistic of all n samples, so unlike a phi of the B rows alone it carries no mini-batch
+    sampling variance; gradients reach the model through the refreshed rows only, each
+    with weight 1/n. Scale them by n / B (`scale_grad`) for an unbiased estimate of the
+    whole-set gradient at every step.
+    """
+    full = table.detach().to(rows.dtype, copy=True).index_put((pos,), rows)
+    return phi_correlation(full, eps=eps)
+
+
+def offdiag_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Frobenius distance between (C, C) matrices over the off-diagonal entries."""
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    np.fill_diagonal(d, 0.0)
+    return float(np.sqrt(np.sum(d * d)))
+
+
+def premise_distances(corrs: Sequence[np.ndarray], sizes: Sequence[float], truth: np.ndarray) -> dict[str, object]:
+    """The premise check of consensus learning: is the leave-one-out consensus R*_k (sample-count
+    weighted mean of the other clients' R_j) closer to the true global correlation than R_k?
+
+    corrs: K client correlations (C, C); sizes: K sample counts; truth: (C, C). Returns the
+    mean off-diagonal distances 'consensus' and 'own' over the clients, and per client.
+    """
+    stats = dict(enumerate(corrs))
+    teachers = leave_one_out(stats, dict(enumerate(sizes)), range(len(corrs)))
+    own = [offdiag_distance(stats[k], truth) for k in range(len(corrs))]
+    cons = [offdiag_distance(teachers[k], truth) for k in range(len(corrs)) if k in teachers]
+    return {"consensus": float(np.mean(cons)) if cons else float("nan"), "own": float(np.mean(own)),
+            "consensus_per_client": cons, "own_per_client": own}
 
 
 def leave_one_out(
@@ -100,10 +143,16 @@ def block_mask(blocks: Sequence[np.ndarray] | None, num_labels: int) -> np.ndarr
     return m
 
 
-def alignment_gap(r: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """sum_g ||R[S_g, S_g] - R*[S_g, S_g]||_F^2 over the entries `mask` selects (scalar)."""
+def alignment_gap(r: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor, per_entry: bool = False) -> torch.Tensor:
+    """sum_g ||R[S_g, S_g] - R*[S_g, S_g]||_F^2 over the entries `mask` selects (scalar).
+
+    per_entry: divide by the number of selected entries (the mean squared gap), so a loss
+    weight means the same at any label count and block size.
+    """
     d = r - teacher.to(r.dtype)
-    return (d * d * mask.to(r.dtype)).sum()
+    m = mask.to(r.dtype)
+    total = (d * d * m).sum()
+    return total / m.sum().clamp_min(1.0) if per_entry else total
 
 
 def alpha_schedule(t: int, t0: float) -> float:

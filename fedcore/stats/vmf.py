@@ -174,16 +174,23 @@ def fit(z: np.ndarray, mix: VMFMixture, iters: int = 1, momentum: float = 1.0, n
     return mix
 
 
-def class_geometry(gamma: np.ndarray, labels: np.ndarray, weight: np.ndarray, num_classes: int,
-                   eta: float = 0.5) -> np.ndarray:
-    """B[c, g] = (sum_{i: y_i = c} w_i gamma[i, g] + eta) / row sum: (C, G), rows sum to 1.
+def class_counts(gamma: np.ndarray, labels: np.ndarray, weight: np.ndarray, num_classes: int,
+                 eta: float = 0.5) -> np.ndarray:
+    """Smoothed soft counts N[c, g] = sum_{i: y_i = c} w_i gamma[i, g] + eta: (C, G).
 
     gamma: (n, G) component responsibilities (background column excluded); weight (n,):
     1 for samples counted as clean, 0 otherwise.
     """
     counts = np.zeros((num_classes, gamma.shape[1]))
     np.add.at(counts, np.asarray(labels, int), gamma * np.asarray(weight, float)[:, None])
-    counts += eta
+    return counts + eta
+
+
+def class_geometry(gamma: np.ndarray, labels: np.ndarray, weight: np.ndarray, num_classes: int,
+                   eta: float = 0.5) -> np.ndarray:
+    """B[c, g] = (sum_{i: y_i = c} w_i gamma[i, g] + eta) / row sum: (C, G), rows sum to 1
+    (`class_counts` normalized per row)."""
+    counts = class_counts(gamma, labels, weight, num_classes, eta)
     return counts / counts.sum(1, keepdims=True)
 
 
@@ -209,15 +216,36 @@ def clean_score(resp: np.ndarray, b: np.ndarray, labels: np.ndarray, form: str =
 
     paper: <gamma_i, B[y_i]>. code: q / (q + <gamma_i, 1 - B[y_i]> + gamma_bg) with q the
     paper score; when resp rows sum to 1 the denominator is 1 and both forms coincide.
+    (The `posterior` form is `posterior_score`: it needs the counts, not B.)
     """
-    by = b[np.asarray(labels, int)]
+    labels = np.asarray(labels, int)
     gamma = resp[:, 1:]
+    by = b[labels]
     q = (gamma * by).sum(1)
     if form == "paper":
         return q
     if form == "code":
         return q / (q + (gamma * (1.0 - by)).sum(1) + resp[:, 0] + 1e-12)
     raise ValueError(f"unknown score form {form!r}")
+
+
+def label_posterior(counts: np.ndarray) -> np.ndarray:
+    """P(label | component) (C, G): the smoothed soft counts of `class_counts` normalized per column
+    (B is the same counts normalized per row, P(component | label))."""
+    counts = np.asarray(counts, float)
+    return counts / counts.sum(0, keepdims=True)
+
+
+def posterior_score(resp: np.ndarray, counts: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Clean score (n,) <gamma_i, P(y_i | .)> from resp (n, G + 1) and class counts (C, G).
+
+    The paper's score asks how typical a sample's components are *for its label*; where a
+    (client, label) group is mostly noise, the label's template learns the noise and the noise
+    scores as clean. This one asks which label dominates the sample's components: a true class's
+    components keep its own label as the majority whenever less than half of it is flipped,
+    however the flipped samples pile up under another label.
+    """
+    return (resp[:, 1:] * label_posterior(counts)[np.asarray(labels, int)]).sum(1)
 
 
 def split_noisy(score_noisy: np.ndarray, seed: int) -> np.ndarray:

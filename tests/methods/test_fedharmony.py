@@ -108,7 +108,8 @@ def _batch(task):
 
 
 def test_alignment_loss_is_zero_when_local_correlation_equals_the_teacher(fed):
-    method, state = make_method(fed, blocks=False)
+    # Spec v1 form: R_k of the mini-batch alone, squared Frobenius summed over the entries.
+    method, state = make_method(fed, blocks=False, estimate="batch", scale="sum")
     task = _task(method, state)
     batch = _batch(task)
     with torch.no_grad():
@@ -118,6 +119,7 @@ def test_alignment_loss_is_zero_when_local_correlation_equals_the_teacher(fed):
     task = _task(method, state, teacher=own)
     extras = method.before_local(task)
     assert extras["mask"].sum() == 90  # blocks off: every off-diagonal entry
+    assert "table" not in extras
     assert method.loss(method.model, batch, task, extras).item() == pytest.approx(bce.item(), abs=1e-5)
     far = _task(method, state, teacher=np.full((10, 10), 0.9))
     far_extras = method.before_local(far)
@@ -159,12 +161,25 @@ def test_multilabel_runs_through_fedcore_run_with_all_metrics(tmp_path, method):
         assert key in summary and np.isfinite(summary[key]), key
 
 
-@pytest.mark.parametrize("name", ["digits_mosaic", "voc", "coco", "flair"])
-def test_presets_validate(name: str):
+@pytest.mark.parametrize("path", [*(f"configs/fedharmony_{n}.yaml" for n in ("digits_mosaic", "voc", "coco", "flair",
+                                                                             "scenes_digits")),
+                                  "configs/fmnist/fedharmony_scenes.yaml"])
+def test_presets_validate(path: str):
     from fedcore.registries import load_config
 
-    cfg = load_config(f"configs/fedharmony_{name}.yaml")
+    cfg = load_config(path)
     assert cfg.method.name == "fedharmony" and cfg.partition.num_clients == 10
+    build_method(cfg)  # method params valid
+
+
+def test_scenes_presets_differ_only_in_their_tiles():
+    from fedcore.registries import load_config
+
+    digits = load_config("configs/fedharmony_scenes_digits.yaml").to_dict()
+    fmnist = load_config("configs/fmnist/fedharmony_scenes.yaml").to_dict()
+    assert digits["data"]["params"].pop("tiles") == "digits"
+    assert fmnist["data"]["params"].pop("tiles") == "fashion_mnist"
+    assert digits == fmnist
 
 
 def test_early_stopping_watches_map_on_multilabel_runs():

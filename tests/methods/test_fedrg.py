@@ -98,7 +98,7 @@ def test_simclr_loss_is_lower_for_aligned_views_than_shuffled(fed):
 
 def test_loss_composition_by_switch(fed):
     pos = torch.arange(16)
-    for params in ({}, {"absorption": "off"}, {"loss": "ce"}):
+    for params in ({}, {"absorption": "off"}, {"loss": "ce"}, {"sce_on": "clean"}):
         method, state = make_method(fed, **params)
         task = task_for(method, state)
         y = task.data.labels[pos]
@@ -109,7 +109,8 @@ def test_loss_composition_by_switch(fed):
             noisy[:8] = True
             got = method.loss(method.model, batch, task, {"noisy": noisy})
             logits = method.model(batch.x)
-            main = losses.ce(logits, y) if params.get("loss") == "ce" else losses.sce(logits, y)
+            keep = slice(8, None) if params.get("sce_on") == "clean" else slice(None)  # the unflagged half
+            main = (losses.ce if params.get("loss") == "ce" else losses.sce)(logits[keep], y[keep])
             t = torch.eye(10) if params.get("absorption") == "off" else method.model.absorption.T
             want = 0.4 * main + losses.forward_corrected_nll(logits[:8], y[:8], t)
         assert float(got) == pytest.approx(float(want), rel=1e-6)
@@ -204,3 +205,62 @@ def test_kappa_clamp_reaches_the_mixture(fed, kappa_max):
     assert kappa.shape == (10,) and float(kappa.max()) <= kappa_max and float(kappa.min()) >= 0.5
     if kappa_max == 3.0:  # 32-d MLP features concentrate well past 3, so the clamp binds
         assert np.allclose(kappa, 3.0)
+
+
+def test_sce_on_clean_feeds_only_the_unflagged_samples_to_sce(fed):
+    pos = torch.arange(16)
+    method, state = make_method(fed, sce_on="clean", lambda_n=0.0)
+    task = task_for(method, state)
+    batch = Batch(pos=pos, x=task.data.x(pos), y=task.data.labels[pos])
+    noisy = torch.zeros(task.data.n, dtype=torch.bool)
+    noisy[:16] = True  # every sample of the batch flagged: nothing left for SCE
+    loss = method.loss(method.model, batch, task, {"noisy": noisy})
+    assert float(loss.detach()) == 0.0
+    grads = torch.autograd.grad(loss, list(method.model.net.parameters()), allow_unused=True)
+    assert all(g is None or float(g.abs().max()) == 0.0 for g in grads)
+    every, _ = make_method(fed, lambda_n=0.0)  # sce_on=all: the same batch trains on all of it
+    assert float(every.loss(method.model, batch, task, {"noisy": noisy}).detach()) > 0.0
+
+
+def test_t_init_estimate_sets_T_once_from_the_flagged_predictions(fed):
+    from fedcore.methods.fedrg_detect import detect, embed
+    from fedcore.stats.transition import estimate_transition
+
+    method, state = make_method(fed, t_init="estimate", t_prior=2.0)
+    first = detect(method, task_for(method, state))  # train round 0: a random head, T untouched
+    assert torch.equal(method.model.absorption.T, torch.eye(10)) and "t_init" not in first["state"]
+    task = task_for(method, state, cstate=first["state"])
+    task.instructions = {"train_round": 1}
+    _, _, _, logits = embed(method, task_for(method, state, cstate=first["state"]))
+    out = detect(method, task)
+    mask = out["noisy"]
+    want = estimate_transition(torch.softmax(logits[mask].double(), 1).numpy(), task.data.labels[mask].numpy(),
+                               10, prior=2.0)
+    np.testing.assert_allclose(method.model.absorption.T.detach().numpy(), want, atol=1e-6)
+    assert out["state"]["t_init"] == task.rnd and float(torch.diagonal(method.model.absorption.T.detach()).mean()) < 1.0
+    with torch.no_grad():
+        method.model.absorption.T.copy_(torch.eye(10))
+    later = task_for(method, state, cstate=out["state"])
+    later.instructions = {"train_round": 2}
+    detect(method, later)  # set once: a trained T is never overwritten
+    assert torch.equal(method.model.absorption.T, torch.eye(10))
+    off, off_state = make_method(fed, t_init="estimate", absorption="off")
+    task = task_for(off, off_state)
+    task.instructions = {"train_round": 1}
+    detect(off, task)
+    assert torch.equal(off.model.absorption.T, torch.eye(10))
+
+
+def test_train_rounds_tell_clients_the_train_round(fed):
+    method, state = make_method(fed)
+    assert method.plan_round(state.replace(stage="pretrain"), 0).instructions == {}
+    assert method.plan_round(state.replace(stage="train", stage_round=3), 5).instructions == {"train_round": 3}
+
+
+def test_posterior_score_runs_and_keeps_counts(run_on):
+    result, ckpt = run_on(score="posterior", t_init="estimate", sce_on="clean")
+    train = [r for r in result.history if r["stage"] == "train"]
+    assert all(np.isfinite(r["detect/sample_f1"]) for r in train)
+    for cstate in ckpt["clients"]:
+        assert cstate["counts"].shape == (10, 10) and float(cstate["counts"].min()) >= 0.5  # eta smoothing
+        assert "t_init" in cstate  # every client was visited in the second train round

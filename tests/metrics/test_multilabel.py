@@ -91,8 +91,25 @@ def test_multilabel_eval_names_and_values():
     logits = torch.logit(torch.tensor(S, dtype=torch.float64).clamp(1e-6, 1 - 1e-6)).float()
     out = multilabel_eval(logits, torch.tensor(Y, dtype=torch.uint8), true_corr=np.eye(4))
     assert set(out) == {f"test/{k}" for k in
-                        ("mAP", "OmAP", "CP", "CR", "CF1", "OP", "OR", "OF1", "corr_dist", "loss")}
+                        ("mAP", "OmAP", "CP", "CR", "CF1", "OP", "OR", "OF1", "corr_dist", "corr_dist_hard", "loss")}
     assert out["test/mAP"] == pytest.approx(mean_ap(Y, S), abs=1e-6)
     bce = -np.mean(Y * np.log(S) + (1 - Y) * np.log(1 - S))
     assert out["test/loss"] == pytest.approx(bce, rel=1e-5)
     assert "test/corr_dist" not in multilabel_eval(logits, torch.tensor(Y))
+
+
+def test_hard_corr_distance_scores_the_predictions_not_the_confidence():
+    # Prepare: labels with phi(0, 1) = 1. The soft phi divides by p (1 - p) of the mean score, so
+    # it shrinks with confidence: scores 0.4 + 0.2 y give cov 0.26 - 0.25 = 0.01 over 0.25 -> 0.04;
+    # scores 0.3 + 0.1 y give (0.125 - 0.1225) / (0.35 * 0.65) = 0.011 and never cross 0.5.
+    y = np.array([[1, 1], [1, 1], [0, 0], [0, 0]])
+    truth = np.array([[1.0, 1.0], [1.0, 1.0]])
+    right_side, never = (torch.logit(torch.tensor(a + b * y, dtype=torch.float64)) for a, b in ((0.4, 0.2), (0.3, 0.1)))
+    # Execute
+    r, n = (multilabel_eval(x, torch.tensor(y), true_corr=truth) for x in (right_side, never))
+    # Assert: soft, both look uncorrelated; thresholded, the first predicts exactly y (distance 0)
+    # and the second predicts nothing (phi 0, distance sqrt(2)).
+    assert r["test/corr_dist"] == pytest.approx(np.sqrt(2) * 0.96, rel=1e-4)
+    assert n["test/corr_dist"] == pytest.approx(np.sqrt(2) * (1 - 0.0025 / 0.2275), rel=1e-4)
+    assert r["test/corr_dist_hard"] == pytest.approx(0.0, abs=1e-5)
+    assert n["test/corr_dist_hard"] == pytest.approx(np.sqrt(2))

@@ -168,3 +168,40 @@ def test_label_fallback_keeps_labels_with_no_clean_sample():
     labels = np.array([0, 0, 1, 1, 2])
     clean = np.array([True, False, False, False, False])
     np.testing.assert_array_equal(vmf.label_fallback(labels, clean), [1.0, 0.0, 1.0, 1.0, 1.0])
+
+
+def noise_majority_client():
+    """One client, two components that are the two true classes (one-hot responsibilities).
+    True class 0: 36 keep label 0, 24 are flipped to label 1; true class 1: 8 keep label 1, 2 go
+    to label 0. Label 1's group is mostly noise (24 noisy, 8 clean)."""
+    comp = np.repeat([0, 0, 1, 1], [36, 24, 8, 2])
+    labels = np.repeat([0, 1, 1, 0], [36, 24, 8, 2])
+    noisy = np.repeat([False, True, False, True], [36, 24, 8, 2])
+    resp = np.zeros((len(comp), 3))
+    resp[np.arange(len(comp)), 1 + comp] = 1.0
+    return resp, labels, noisy
+
+
+def test_class_counts_and_label_posterior_by_hand():
+    resp, labels, _ = noise_majority_client()
+    counts = vmf.class_counts(resp[:, 1:], labels, np.ones(len(labels)), 2, eta=0.5)
+    np.testing.assert_allclose(counts, [[36.5, 2.5], [24.5, 8.5]])
+    np.testing.assert_allclose(vmf.class_geometry(resp[:, 1:], labels, np.ones(len(labels)), 2, 0.5),
+                               [[36.5 / 39, 2.5 / 39], [24.5 / 33, 8.5 / 33]])
+    np.testing.assert_allclose(vmf.label_posterior(counts), [[36.5 / 61, 2.5 / 11], [24.5 / 61, 8.5 / 11]])
+
+
+def test_posterior_score_flags_the_noise_of_a_noise_majority_group_and_the_paper_score_does_not():
+    resp, labels, noisy = noise_majority_client()
+    counts = vmf.class_counts(resp[:, 1:], labels, np.ones(len(labels)), 2, eta=0.5)
+    b = counts / counts.sum(1, keepdims=True)
+    paper = vmf.clean_score(resp, b, labels, "paper")
+    post = vmf.posterior_score(resp, counts, labels)
+    # Label 1's template B[1] learned its majority, the flipped class-0 samples: they look typical.
+    np.testing.assert_allclose(paper[[36, 60]], [24.5 / 33, 8.5 / 33])
+    np.testing.assert_allclose(post[[0, 36, 60, 68]], [36.5 / 61, 24.5 / 61, 8.5 / 11, 2.5 / 11])
+    group = labels == 1
+    flags_paper = vmf.split_noisy(1.0 - paper, seed=0)
+    flags_post = vmf.split_noisy(1.0 - post, seed=0)
+    assert flags_post[group & noisy].all() and not flags_post[group & ~noisy].any()
+    assert not flags_paper[group & noisy].any() and flags_paper[group & ~noisy].all()
