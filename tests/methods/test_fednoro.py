@@ -74,3 +74,17 @@ def test_fednoro_detects_once_after_warmup(fed, tmp_path):
     assert detected[0]["detect/clients_noisy"] == len(res.state.extra["noisy"])
     assert set(res.state.extra["noisy"]) <= set(range(10))
     assert np.isfinite(res.summary["final/acc"])
+
+
+def test_stages_run_one_process_each_match_one_run(fed, tmp_path):
+    """warmup -> identify -> train as three processes resuming each other's checkpoints (the
+    pipeline's tasks) give the history and weights of one in-process run."""
+    cfg = digits_cfg("fednoro", rounds=5, warmup_rounds=2)
+    whole = run_experiment(cfg, tmp_path / "whole", data=fed)
+    prev = None
+    for stage in ("warmup", "identify", "train"):
+        part = run_experiment(cfg, tmp_path / stage, data=fed, resume=prev, stages=[stage])
+        prev = tmp_path / stage
+    assert part.history == whole.history and part.state.extra["noisy"] == whole.state.extra["noisy"]
+    a, b = (torch.load(d / "model.pt") for d in (tmp_path / "train", tmp_path / "whole"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
