@@ -25,6 +25,8 @@ from fedcore.data.federated import FederatedDataset
 from fedcore.engine.beliefs import BeliefLog
 from fedcore.engine.callbacks import Callback
 from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
+from fedcore.engine.distributed import DistInfo, DistributedExecutor, from_main, main_first
+from fedcore.engine.executor import SequentialExecutor
 from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
@@ -73,13 +75,22 @@ def run_experiment(
     resume: str | Path | None = None,
     stages: Sequence[str] | None = None,
     callbacks: Sequence[Callback] = (),
+    dist: DistInfo | None = None,
 ) -> RunResult:
-    """Run `cfg` (all stages, or only `stages`) and write outputs to `out_dir`."""
+    """Run `cfg` (all stages, or only `stages`) and write outputs to `out_dir`.
+
+    dist: this process's rank when launched by torchrun (`engine.distributed.init_distributed`).
+    Every rank runs this with the same arguments; each trains its share of every round and all
+    end with the same state; rank 0 alone writes the run dir. Give rank 0 the progress and
+    tracking callbacks, and the others placeholders in their positions (checkpoints keep
+    callback state by position).
+    """
     out = Path(out_dir)
-    device = resolve_device(cfg.train.device)
+    device = dist.device if dist else resolve_device(cfg.train.device)
+    main = dist is None or dist.is_main
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    fed = load_or_build_data(cfg, data)
+    fed = main_first(dist, lambda: load_or_build_data(cfg, data))  # a dataset cache is written once
     ctx = make_context(cfg, fed, device)
     method = build_method(cfg)
     _check_stages(method, stages)
@@ -90,14 +101,15 @@ def run_experiment(
     ckpt.clients = clients_state
     loop_state = LoopState()
     if resume is not None:
-        payload = load_checkpoint(Path(resume), cfg.resume_hash())
+        payload = from_main(dist, lambda: load_checkpoint(Path(resume), cfg.resume_hash()))
         state, loop_state = restore(payload, device, clients_state)
         for cb, st in zip(cbs, payload["callbacks"], strict=False):
             cb.load_state_dict(st)
     evaluator = Evaluator(fed, device, ctx.store, memorization=cfg.train.memorization,
                           loss_probe=cfg.train.loss_probe, seed=cfg.seed)
     # Only now, with data, method and checkpoint accepted: bad input leaves no empty run dir behind.
-    out.mkdir(parents=True, exist_ok=True)
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
             "data_sha256": fed.sha256, "fed": fed, "data_source": str(data) if isinstance(data, str | Path) else None}
     try:
@@ -106,7 +118,7 @@ def run_experiment(
         for cb in cbs:
             cb.on_run_start(info)
         state, summary = _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages,
-                                out)
+                                out, dist)
     except BaseException as err:
         for cb in cbs:
             cb.on_failure(err)
@@ -117,16 +129,20 @@ def run_experiment(
     return RunResult(out, summary, loop_state.history, state)
 
 
-def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out):
+def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out, dist):
     beliefs = BeliefLog(Scorer(fed))  # what this process's stages decided, for the pipeline's stage outputs
     local = cfg.train.local_memorization and fed.task == "single"
+    main = dist is None or dist.is_main
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
         clients_state, cbs, evaluator=evaluator, scorer=beliefs, eval_every=cfg.train.eval_every,
-        checkpoint=ckpt.save, checkpoint_every=cfg.train.checkpoint_every,
+        checkpoint=ckpt.save if main else None, checkpoint_every=cfg.train.checkpoint_every,
+        executor=DistributedExecutor(dist, SequentialExecutor()) if dist else None,
         client_scorer=LocalMemorization(fed, ctx.device, ctx.store) if local else None,
     )
     state = loop.run(state, loop_state, only=stages)
+    if not main:
+        return state, summarize(loop_state.history, fed.task)
     beliefs.write(out, [fed.y_train[torch.as_tensor(idx)].numpy() for idx in fed.client_indices])
     return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras)
 

@@ -17,21 +17,26 @@ SetOpt = Annotated[
 ]
 
 
-def run_callbacks(cfg, total_rounds: int, progress: bool, label: str = ""):
-    """Progress bar, early stopping and tracking, as the config asks."""
-    from fedcore.engine.callbacks import EarlyStopping
+def run_callbacks(cfg, total_rounds: int, progress: bool, label: str = "", main: bool = True):
+    """Progress bar, early stopping and tracking, as the config asks.
+
+    main=False (ranks 1.. of a distributed run): early stopping only, which every rank needs to
+    stop together; the others become no-op placeholders in the same positions, since
+    checkpoints keep callback state by position.
+    """
+    from fedcore.engine.callbacks import Callback, EarlyStopping
     from fedcore.reporting.progress import ProgressCallback
 
     cbs = []
     if progress:
-        cbs.append(ProgressCallback(total_rounds, console, label=label or cfg.method.name))
+        cbs.append(ProgressCallback(total_rounds, console, label=label or cfg.method.name) if main else Callback())
     if cfg.train.early_stop_patience:
         cbs.append(EarlyStopping(cfg.train.early_stop_patience))
     if cfg.tracking.backend != "none":
         from fedcore.tracking import make_tracker
         from fedcore.tracking.callback import TrackingCallback
 
-        cbs.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), cfg, None))
+        cbs.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), cfg, None) if main else Callback())
     return cbs
 
 
@@ -49,8 +54,15 @@ def run(
     resume: Annotated[Path | None, typer.Option("--resume", help="continue from this run dir or checkpoint")] = None,
     stage: Annotated[list[str] | None, typer.Option("--stage", help="run only these stages (repeatable)")] = None,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, help="processes for this one run, each training a share "
+                                       "of every round (torchrun; one GPU each on CUDA)")] = 1,
 ) -> None:
-    """Run one experiment in-process and write history.csv, metrics.json and model.pt."""
+    """Run one experiment and write history.csv, metrics.json and model.pt.
+
+    Also the entry point of every rank under `torchrun --nproc-per-node N -m fedcore run CONFIG`.
+    """
+    from fedcore.engine.distributed import init_distributed, shutdown
+    from fedcore.models import resolve_device
     from fedcore.registries import load_config
     from fedcore.reporting.compare import comparison_table, load_run
     from fedcore.run import run_experiment
@@ -58,9 +70,55 @@ def run(
     cfg = load_config(config, set_)
     out = out or (resume if resume and resume.is_dir() else Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}")
     check_run_dir(out, resume)
-    result = run_experiment(cfg, out, data=data, resume=resume, stages=stage,
-                            callbacks=run_callbacks(cfg, total_rounds(cfg), progress))
-    console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
+    if nproc > 1:
+        args = [str(config), "--out", str(out), *_passed_on(set_, data, resume, stage, progress)]
+        return launch_ranks(cfg, nproc, out, resume, args)
+    info = init_distributed(resolve_device(cfg.train.device))
+    main = info is None or info.is_main
+    try:
+        result = run_experiment(cfg, out, data=data, resume=resume, stages=stage, dist=info,
+                                callbacks=run_callbacks(cfg, total_rounds(cfg), progress, main=main))
+    finally:
+        shutdown(info)
+    if main:
+        console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
+
+
+def _passed_on(set_, data, resume, stage, progress) -> list[str]:
+    """The options of `fedcore run` that every rank gets again."""
+    args = [a for s in set_ or [] for a in ("--set", s)]
+    args += ["--data", data] if data else []
+    args += ["--resume", str(resume)] if resume else []
+    args += [a for s in stage or [] for a in ("--stage", s)]
+    return args + ([] if progress else ["--no-progress"])
+
+
+def launch_ranks(cfg, nproc: int, out: Path, resume: Path | None, args: list[str]) -> None:
+    """`fedcore run --nproc N`: torchrun N ranks of this run; a failed rank ends it with one line."""
+    import torch
+
+    from fedcore.engine import distributed
+    from fedcore.errors import UserError
+    from fedcore.models import resolve_device
+
+    if distributed.launched_world() > 1:
+        raise UserError("--nproc starts torchrun itself; under torchrun (or a TrainJob) leave --nproc out")
+    device = resolve_device(cfg.train.device)
+    distributed.rank_device(device, nproc - 1, torch.cuda.device_count() if device.type == "cuda" else 0)
+    if resume is not None:  # refuse a bad checkpoint here, in one line, rather than once per rank
+        from fedcore.engine.checkpoint import load_checkpoint
+
+        load_checkpoint(resume, cfg.resume_hash())
+    code = distributed.launch(nproc, "fedcore", ["run", *args])
+    if code == 0:
+        return
+    resumable = any((out / "checkpoints").glob("*.pt"))
+    hint = (f"continue it with the same command plus --resume {out} (any --nproc)" if resumable
+            else "it wrote no checkpoint; fix the cause and run it again")
+    make_console(stderr=True).print(
+        f"error: the {nproc}-process run failed (torchrun exit code {code}; the failing rank's error is above); "
+        f"{hint}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
 
 
 def check_run_dir(out: Path, resume: Path | None) -> None:

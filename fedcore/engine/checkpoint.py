@@ -7,6 +7,7 @@ code that draws from it (e.g. default module init), which keeps resume bit-ident
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 from pathlib import Path
@@ -88,7 +89,7 @@ def load_checkpoint(path: Path, config_hash: str | None = None) -> dict[str, Any
 
 
 def to_device(obj: Any, device: torch.device) -> Any:
-    """`obj` with every tensor inside (nested dicts, lists, tuples) moved to `device`; the rest as is."""
+    """`obj` with every tensor inside (nested dicts, lists, tuples, dataclasses) moved to `device`; the rest as is."""
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
     if isinstance(obj, dict):
@@ -97,6 +98,9 @@ def to_device(obj: Any, device: torch.device) -> Any:
         return [to_device(v, device) for v in obj]
     if type(obj) is tuple:
         return tuple(to_device(v, device) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # e.g. ClientUpdate between ranks
+        return dataclasses.replace(obj, **{f.name: to_device(getattr(obj, f.name), device)
+                                           for f in dataclasses.fields(obj) if f.init})
     return obj
 
 

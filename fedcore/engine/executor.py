@@ -1,12 +1,22 @@
-"""Executors run the clients of a round. Sequential today; a batched executor can replace it."""
+"""Executors run the clients of a round: sequential here; `engine.distributed` shards over ranks."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
+
+import torch
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class Executor(Protocol):
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+        """fn over every task; results in task order."""
+
+    def agree(self, params: dict[str, torch.Tensor], rnd: int) -> None:
+        """Called after each server step; a multi-process executor checks its ranks agree."""
 
 
 class SequentialExecutor:
@@ -18,3 +28,6 @@ class SequentialExecutor:
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
         return [fn(t) for t in tasks]
+
+    def agree(self, params: dict[str, torch.Tensor], rnd: int) -> None:
+        return None

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from fedcore.engine.callbacks import Callback
-from fedcore.engine.executor import SequentialExecutor
+from fedcore.engine.executor import Executor, SequentialExecutor
 from fedcore.engine.sampler import ClientSampler, client_rngs
 from fedcore.engine.store import ClientStateStore
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, Method, RunContext, ServerState, Stage
@@ -45,7 +45,7 @@ class RoundLoop:
         eval_every: int = 1,
         checkpoint: Callable[[ServerState, LoopState, str], Any] | None = None,
         checkpoint_every: int = 0,
-        executor: SequentialExecutor | None = None,
+        executor: Executor | None = None,
         client_scorer: ClientScorer | None = None,
     ) -> None:
         self.method, self.ctx, self.sampler = method, ctx, sampler
@@ -102,6 +102,7 @@ class RoundLoop:
         self._keep_client_state(updates)
         state, result = self.method.server_update(state, plan, updates)
         state = state.replace(rnd=state.rnd + 1, stage_round=state.stage_round + 1)
+        self.executor.agree(state.params, state.rnd)
         metrics = {**_client_means(updates), **result.scalars, "round/clients": float(len(cohort))}
         if self.scorer is not None and not result.estimates.empty():
             metrics.update(self.scorer(result.estimates, state.rnd))

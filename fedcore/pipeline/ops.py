@@ -45,14 +45,16 @@ def prepare(inp: RunInputs, data_dir: str | Path, report_dir: str | Path) -> dic
 
 def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Path,
               checkpoint_in: str | Path | None, out_dir: str | Path, parent_run_id: str = "", run_id: str = "",
-              label: str = "", data_uri: str = "") -> tuple[ExperimentConfig, str]:
+              label: str = "", data_uri: str = "", nproc: int | None = None) -> tuple[ExperimentConfig, str]:
     """Run one stage, resuming from the previous stage's run dir; returns (config, child run id).
 
     stages: what the pipeline was compiled for (the run-time method must declare the same).
     The first stage (no run_id) opens the child run; the last closes it (evaluate reopens it).
+    nproc: processes for the stage (None: one per visible GPU on CUDA, so a pod given
+    `--gpus N` trains on all N through torch.distributed; one on the CPU).
     """
-    from fedcore.engine.callbacks import EarlyStopping
-    from fedcore.pipeline.runs import fail_run, note_failure, open_child, tracker_for
+    from fedcore.pipeline.ranks import launch_stage, stage_callbacks
+    from fedcore.pipeline.runs import fail_run, note_failure, open_child
     from fedcore.run import run_experiment
 
     cfg, rid = None, ""
@@ -62,19 +64,21 @@ def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Pat
             # Opened first: whatever fails from here on is recorded on this run's child.
             rid = run_id or open_child(cfg, parent_run_id, inp.setting_name)
         check_stages(cfg, stages)
-        # Same callbacks in the same order in every stage: checkpoints restore their state by position.
-        callbacks: list[Any] = [EarlyStopping(cfg.train.early_stop_patience)] if cfg.train.early_stop_patience else []
-        if rid:
-            from fedcore.tracking.callback import TrackingCallback
-            from fedcore.tracking.pipeline_runs import TASK_TAG
+        from fedcore.tracking.pipeline_runs import TASK_TAG
 
-            tracked = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"run_id": rid})})
-            callbacks.append(TrackingCallback(tracker_for(cfg), tracked, keep_open=stage != stages[-1],
-                                              tags={TASK_TAG: label} if label else None, data_source=data_uri or None))
         if stage != stages[0]:
             _require_checkpoint(Path(checkpoint_in) if checkpoint_in is not None else None)
         resume = checkpoint_in if stage != stages[0] else None
-        run_experiment(cfg, out_dir, data=data_dir, resume=resume, stages=[stage], callbacks=callbacks)
+        keep_open = stage != stages[-1]
+        extra = {"tags": {TASK_TAG: label} if label else None, "data_source": data_uri or None}
+        nproc = stage_processes(cfg) if nproc is None else nproc
+        if nproc > 1:
+            launch_stage(cfg, nproc, {"stage": stage, "data_dir": str(data_dir), "out_dir": str(out_dir),
+                                      "resume": None if resume is None else str(resume), "run_id": rid,
+                                      "keep_open": keep_open, "tracking": extra})
+        else:
+            run_experiment(cfg, out_dir, data=data_dir, resume=resume, stages=[stage],
+                           callbacks=stage_callbacks(cfg, rid, keep_open, **extra))
     except BaseException as err:
         if rid:
             fail_run(cfg, rid, label, err)
@@ -82,6 +86,15 @@ def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Pat
             note_failure(inp, parent_run_id, label, err)
         raise
     return cfg, rid
+
+
+def stage_processes(cfg: ExperimentConfig) -> int:
+    """One process per visible GPU when the stage trains on CUDA, else one."""
+    import torch
+
+    from fedcore.models import resolve_device
+
+    return torch.cuda.device_count() if resolve_device(cfg.train.device).type == "cuda" else 1
 
 
 def stage_outputs(run_dir: str | Path, verdicts: str | Path | None = None,

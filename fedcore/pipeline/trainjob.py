@@ -1,0 +1,100 @@
+"""A Kubeflow Trainer TrainJob that runs one fedcore experiment over several nodes.
+
+The TrainJob (trainer.kubeflow.org/v1alpha1) refers to Trainer's `torch-distributed`
+ClusterTrainingRuntime, which starts `numNodes` pods and sets torchrun's PET_* variables
+(nodes, processes per node, node rank, master address); the container's command is then
+`torchrun -m fedcore run ...`, the same entry point as `fedcore run --nproc`. Validation is
+offline, against the TrainJob CRD's OpenAPI schema vendored in fedcore/deploy/schemas/
+(Kubeflow Trainer v2.3.0; see the schema's `$comment` and scripts/vendor_trainjob_schema.py).
+
+Not yet wired into the pipelines: nothing submits this manifest or waits for it (see
+docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from fedcore.deploy.env import CLIENT_POD_LABEL
+from fedcore.pipeline.resources import CONFIG_MAP_KEYS, SECRET_KEYS, PipelineResources
+
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
+RUNTIME = "torch-distributed"  # ClusterTrainingRuntime installed with Kubeflow Trainer
+SCHEMA = Path(__file__).resolve().parents[1] / "deploy" / "schemas" / "trainjob.v1alpha1.json"
+PATCH_MANAGER = "fedcore.io/pipeline"
+
+
+def trainjob_manifest(name: str, run_args: Sequence[str], res: PipelineResources, nodes: int,
+                      runtime: str = RUNTIME) -> dict[str, Any]:
+    """The TrainJob for `fedcore run <run_args>` on `nodes` nodes with `res.accelerators` GPUs each.
+
+    Every node gets the stage's CPU/memory requests, its GPUs, the S3 keys and the client
+    settings as env vars, and (through a runtime patch) the pod label the NetworkPolicies
+    admit, the service account, and the GPU node selector and tolerations.
+    """
+    gpus = res.accelerators
+    resources: dict[str, Any] = {"requests": {"cpu": res.stage_cpu_request, "memory": res.stage_memory_request}}
+    if gpus:
+        resources["limits"] = {res.accelerator_type: gpus}
+    env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": res.secret, "key": k}}} for k in SECRET_KEYS]
+    env += [{"name": k, "valueFrom": {"configMapKeyRef": {"name": res.config_map, "key": k, "optional": True}}}
+            for k in CONFIG_MAP_KEYS]
+    pod: dict[str, Any] = {"serviceAccountName": res.service_account}
+    if gpus:
+        pod["nodeSelector"] = dict(res.node_selector)
+        pod["tolerations"] = [t.model_dump(exclude_none=True) for t in res.tolerations]
+    patch = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {
+            "metadata": {"labels": dict([CLIENT_POD_LABEL])}, "spec": pod}}}}]}}}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "fedcore"}},
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime},
+            "trainer": {"image": res.image, "command": ["torchrun", "-m", "fedcore"], "args": ["run", *run_args],
+                        "numNodes": nodes, "numProcPerNode": max(gpus, 1), "resourcesPerNode": resources,
+                        "env": env},
+            "runtimePatches": [patch],
+        },
+    }
+
+
+@cache
+def trainjob_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA.read_text())
+
+
+def strict(schema: Any) -> Any:
+    """The schema with unknown fields rejected wherever it lists properties (as the API server's
+    strict field validation does), except where Kubernetes keeps unknown fields."""
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict(v) for k, v in schema.items()}
+    if "properties" in out and "additionalProperties" not in out \
+            and not out.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+def validate_trainjob(obj: Mapping[str, Any]) -> list[str]:
+    """Problems of a TrainJob manifest against the vendored CRD schema (empty list: valid).
+
+    The CRD's CEL rules (x-kubernetes-validations) need an API server and are not checked.
+    """
+    import jsonschema
+
+    problems = []
+    if obj.get("apiVersion") != API_VERSION or obj.get("kind") != "TrainJob":
+        problems.append(f"not a {API_VERSION} TrainJob: {obj.get('apiVersion')}/{obj.get('kind')}")
+    validator = jsonschema.Draft7Validator(strict(trainjob_schema()))
+    for err in sorted(validator.iter_errors(dict(obj)), key=lambda e: list(e.absolute_path)):
+        where = ".".join(str(p) for p in err.absolute_path) or "(root)"
+        problems.append(f"{where}: {err.message}")
+    return problems
