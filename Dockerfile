@@ -25,7 +25,8 @@ COPY fedcore ./fedcore
 COPY components ./components
 COPY pipelines ./pipelines
 # A regular (wheel) install: the runtime stage gets site-packages, not this source tree.
-RUN pip install .
+# [gpu] adds nvidia-ml-py, so runs on GPU nodes record GPU use among MLflow's system metrics.
+RUN pip install ".[gpu]"
 
 # ---- runtime: python, the venv, a non-root user; no compilers, no source ------------
 FROM ${CUDA_BASE} AS runtime

@@ -8,17 +8,19 @@ from components.base import fedcore_component
 
 @fedcore_component
 def prepare_data(
-    config_yaml: str,
-    overrides: str,
-    data_hash: str,
+    config: str,
+    overrides: list,
+    setting: dict,
     dataset: Output[Dataset],
     report: Output[Artifact],
     data_root: str = "",
 ) -> str:
-    """Partition and inject noise; returns the dataset's sha256."""
+    """Partition and inject noise; returns the dataset's sha256. It takes no run ids, so its
+    cache serves every later pipeline run with the same data settings."""
+    from fedcore.pipeline.inputs import RunInputs
     from fedcore.pipeline.ops import prepare
 
-    info = prepare(config_yaml, overrides, data_hash, dataset.path, report.path, data_root)
+    info = prepare(RunInputs(config, overrides, setting, data_root=data_root), dataset.path, report.path)
     dataset.metadata.update(info)
     report.metadata.update(noisy_clients=info["noisy_clients"], overall_noise_rate=info["overall_noise_rate"])
     return info["sha256"]

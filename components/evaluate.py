@@ -8,59 +8,58 @@ from components.base import fedcore_component
 
 @fedcore_component
 def evaluate(
-    config_yaml: str,
-    overrides: str,
-    config_hash: str,
-    dataset: Input[Dataset],
-    run: Input[Model],
-    report: Input[Artifact],
-    tracking: Input[Artifact],
-    metrics: Output[Metrics],
-    confusion: Output[ClassificationMetrics],
-    figures: Output[Artifact],
-    run_id: str = "",
-    finish_parent: bool = False,
-    setting: str = "",
-    rows: str = "[]",
-    data_root: str = "",
+    config: str, overrides: list, setting: dict, methods: list, seeds: list, slot: int, slots: int,
+    label: str, dataset: Input[Dataset], run: Input[Model], report: Input[Artifact], tracking: Input[Artifact],
+    metrics: Output[Metrics], confusion: Output[ClassificationMetrics], figures: Output[Artifact],
+    run_id: str = "", finish_parent: bool = False, rows: str = "[]", data_root: str = "",
 ) -> str:
-    """Final metrics, confusion matrix, noise-rate scatter and curves; returns `rows` plus this run's record."""
+    """Final metrics, confusion matrix, noise-rate figure and curves; returns `rows` plus this run's record."""
     import json
     from pathlib import Path
 
-    from fedcore.pipeline import ops
+    from fedcore.pipeline import evaluation, runs
+    from fedcore.pipeline.inputs import RunInputs, resolve
 
-    cfg = ops.task_config(config_yaml, overrides, config_hash, data_root)
-    ev = ops.evaluate(cfg, dataset.path, run.path, report.path, figures.path, run_id, setting)
+    inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
+    cfg = resolve(inp)
+    try:
+        ev = evaluation.evaluate(cfg, dataset.path, run.path, report.path, figures.path, run_id, inp.setting_name,
+                                 label)
+    except BaseException as err:
+        runs.fail_run(cfg, run_id, label, err)
+        raise
     for key, value in ev.record["summary"].items():
         if value is not None:
             metrics.log_metric(key, value)
     if ev.confusion is not None:
         confusion.log_confusion_matrix(ev.class_names or [str(i) for i in range(len(ev.confusion))], ev.confusion)
     if finish_parent:
-        ops.finish_parent(cfg, ops.parent_of(tracking.path), [Path(figures.path) / "record.json"])
+        runs.finish_parent(cfg, runs.parent_of(tracking.path), [Path(figures.path) / "record.json"])
     return json.dumps([*json.loads(rows), ev.record])
 
 
 @fedcore_component
 def compare(
-    config_yaml: str,
+    config: str,
+    overrides: list,
     rows: list[str],
     tracking: Input[Artifact],
     table: Output[Markdown],
     figures: Output[Artifact],
     title: str = "sweep",
 ) -> str:
-    """Mean ± std over seeds per (method, setting); closes the parent run. Returns every run's record (JSON)."""
+    """Mean ± std over the seeds of one config per (method, setting); closes the parent run.
+    Returns every run's record (JSON)."""
     import json
     import shutil
     from pathlib import Path
 
     from fedcore.pipeline import ops
-    from fedcore.pipeline.plan import load_run_config
+    from fedcore.pipeline.inputs import parse_config
+    from fedcore.pipeline.runs import finish_parent, parent_of
 
     records = [r for chunk in rows for r in json.loads(chunk)]
     ops.compare(records, figures.path, title)
     shutil.copyfile(Path(figures.path) / "compare.md", table.path)
-    ops.finish_parent(load_run_config(config_yaml), ops.parent_of(tracking.path), sorted(Path(figures.path).iterdir()))
+    finish_parent(parse_config(config, overrides), parent_of(tracking.path), sorted(Path(figures.path).iterdir()))
     return json.dumps(records)

@@ -8,9 +8,8 @@ from components.base import fedcore_component
 
 @fedcore_component
 def champion(
-    config_yaml: str,
-    overrides: str,
-    config_hash: str,
+    config: str,
+    overrides: list,
     model_name: str,
     dataset: Input[Dataset],
     run: Input[Model],
@@ -23,11 +22,12 @@ def champion(
     """Score candidate and champion on the same test split, register, promote on a win; True if promoted."""
     from pathlib import Path
 
-    from fedcore.pipeline import ops
+    from fedcore.pipeline.inputs import RunInputs, resolve
     from fedcore.pipeline.retrain import champion_decision
+    from fedcore.pipeline.runs import finish_parent, parent_of
 
-    cfg = ops.task_config(config_yaml, overrides, config_hash, data_root)
+    cfg = resolve(RunInputs(config, overrides, data_root=data_root))
     result = champion_decision(cfg, model_name, run_id, dataset.path, run.path, decision.path, min_delta)
     decision.metadata.update({k: v for k, v in result.items() if isinstance(v, str | int | float | bool)})
-    ops.finish_parent(cfg, ops.parent_of(tracking.path), [Path(decision.path) / "decision.json"])
+    finish_parent(cfg, parent_of(tracking.path), [Path(decision.path) / "decision.json"])
     return bool(result["promote"])

@@ -1,4 +1,13 @@
-"""run_stage: one task per stage the method declares, checkpoint in, checkpoint out."""
+"""One task per stage a method declares, checkpoint in, checkpoint out.
+
+A stage that identifies noisy clients publishes its verdicts, one that relabels publishes
+the working labels, each through its own component (`Stage.yields` picks it):
+
+    run_stage               checkpoint (Model), metrics
+    identify_stage          + verdicts (Artifact: JSON of per-client verdicts and rate estimates)
+    relabel_stage           + labels (Dataset: labels.npz per client, relabeled.json)
+    identify_relabel_stage  + verdicts + labels (e.g. FedCorr's preprocess)
+"""
 
 # No `from __future__ import annotations`: kfp reads the real annotation objects.
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
@@ -8,31 +17,83 @@ from components.base import fedcore_component
 
 @fedcore_component
 def run_stage(
-    config_yaml: str,
-    overrides: str,
-    config_hash: str,
-    stage: str,
-    dataset: Input[Dataset],
-    tracking: Input[Artifact],
-    checkpoint: Output[Model],
-    metrics: Output[Metrics],
-    previous: Input[Model] = None,
-    run_id: str = "",
-    setting: str = "",
+    config: str, overrides: list, setting: dict, methods: list, seeds: list, slot: int, slots: int,
+    stage: str, stages: list, label: str, dataset: Input[Dataset], tracking: Input[Artifact],
+    checkpoint: Output[Model], metrics: Output[Metrics], previous: Input[Model] = None, run_id: str = "",
     data_root: str = "",
 ) -> str:
     """Train one stage (resuming `previous`); returns the child MLflow run id."""
-    import json
-    from pathlib import Path
-
     from fedcore.pipeline import ops
+    from fedcore.pipeline.inputs import RunInputs
 
-    cfg = ops.task_config(config_yaml, overrides, config_hash, data_root)
-    prev = previous.path if previous is not None else None
-    rid = ops.run_stage(cfg, stage, dataset.path, prev, checkpoint.path, ops.parent_of(tracking.path), run_id, setting)
-    summary = json.loads((Path(checkpoint.path) / "metrics.json").read_text())["summary"]
+    inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
+    summary, meta, rid = ops.stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
+                                        checkpoint.path, tracking.path, run_id)
     for key, value in summary.items():
-        if value is not None:
-            metrics.log_metric(key, value)
-    checkpoint.metadata.update(stage=stage, method=cfg.method.name, config_hash=config_hash, run_id=rid)
+        metrics.log_metric(key, value)
+    checkpoint.metadata.update(meta)
+    return rid
+
+
+@fedcore_component
+def identify_stage(
+    config: str, overrides: list, setting: dict, methods: list, seeds: list, slot: int, slots: int,
+    stage: str, stages: list, label: str, dataset: Input[Dataset], tracking: Input[Artifact],
+    checkpoint: Output[Model], metrics: Output[Metrics], verdicts: Output[Artifact], previous: Input[Model] = None,
+    run_id: str = "", data_root: str = "",
+) -> str:
+    """Run an identification stage; its verdicts (which clients look noisy) become an artifact."""
+    from fedcore.pipeline import ops
+    from fedcore.pipeline.inputs import RunInputs
+
+    inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
+    summary, meta, rid = ops.stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
+                                        checkpoint.path, tracking.path, run_id)
+    for key, value in summary.items():
+        metrics.log_metric(key, value)
+    verdicts.metadata.update(ops.stage_outputs(checkpoint.path, verdicts=verdicts.path))
+    checkpoint.metadata.update(meta)
+    return rid
+
+
+@fedcore_component
+def relabel_stage(
+    config: str, overrides: list, setting: dict, methods: list, seeds: list, slot: int, slots: int,
+    stage: str, stages: list, label: str, dataset: Input[Dataset], tracking: Input[Artifact],
+    checkpoint: Output[Model], metrics: Output[Metrics], labels: Output[Dataset], previous: Input[Model] = None,
+    run_id: str = "", data_root: str = "",
+) -> str:
+    """Run a relabeling stage; the clients' new working labels become a dataset artifact."""
+    from fedcore.pipeline import ops
+    from fedcore.pipeline.inputs import RunInputs
+
+    inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
+    summary, meta, rid = ops.stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
+                                        checkpoint.path, tracking.path, run_id)
+    for key, value in summary.items():
+        metrics.log_metric(key, value)
+    labels.metadata.update(ops.stage_outputs(checkpoint.path, labels=labels.path))
+    checkpoint.metadata.update(meta)
+    return rid
+
+
+@fedcore_component
+def identify_relabel_stage(
+    config: str, overrides: list, setting: dict, methods: list, seeds: list, slot: int, slots: int,
+    stage: str, stages: list, label: str, dataset: Input[Dataset], tracking: Input[Artifact],
+    checkpoint: Output[Model], metrics: Output[Metrics], verdicts: Output[Artifact], labels: Output[Dataset],
+    previous: Input[Model] = None, run_id: str = "", data_root: str = "",
+) -> str:
+    """Run a stage that both identifies and relabels; verdicts and labels become artifacts."""
+    from fedcore.pipeline import ops
+    from fedcore.pipeline.inputs import RunInputs
+
+    inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
+    summary, meta, rid = ops.stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
+                                        checkpoint.path, tracking.path, run_id)
+    for key, value in summary.items():
+        metrics.log_metric(key, value)
+    verdicts.metadata.update(ops.stage_outputs(checkpoint.path, verdicts=verdicts.path))
+    labels.metadata.update(ops.stage_outputs(checkpoint.path, labels=labels.path))
+    checkpoint.metadata.update(meta)
     return rid

@@ -1,7 +1,8 @@
 """Run one experiment in-process: data -> method -> round loop -> outputs.
 
 Writes to the run directory: history.csv, metrics.json, model.pt, confusion.json,
-scene.json and checkpoints/ (stage ends and every `train.checkpoint_every` rounds).
+scene.json, beliefs.json (+ labels.npz when the method relabels) and checkpoints/ (stage
+ends and every `train.checkpoint_every` rounds).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import FederatedDataset
 from fedcore.engine.batched import make_executor
+from fedcore.engine.beliefs import BeliefLog
 from fedcore.engine.callbacks import Callback
 from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
 from fedcore.engine.distributed import DistInfo, DistributedExecutor, from_main, main_first
@@ -144,7 +146,7 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
     # run_dir_lock (rank 0's) created `out`, and removes it again if bad input leaves it empty.
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
             "resumed_from": Path(resume) if resume is not None else None, "data_sha256": fed.sha256, "fed": fed,
-            "executor": executor.name}
+            "executor": executor.name, "data_source": str(data) if isinstance(data, str | Path) else None}
     if dist is None or dist.is_main:
         print(f"fedcore run: {cfg.method.name} on {device}, executor {executor_label(executor, cfg, dist)}",
               file=sys.stderr, flush=True)
@@ -156,6 +158,7 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
             cb.on_run_start(info)
         state, summary = _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages,
                                 out, dist, executor)
+        info["final_model"] = method.eval_model(state)  # what tracking serves; set before on_run_end
         for cb in cbs:
             cb.on_run_end(summary, out)
     except BaseException as err:
@@ -167,17 +170,19 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
 
 def _drive(cfg, fed, ctx, method, state, clients_state, cbs, ckpt, loop_state, evaluator, stages, out, dist,
            executor):
+    beliefs = BeliefLog(Scorer(fed))  # what this process's stages decided, for the pipeline's stage outputs
     local = cfg.train.local_memorization and fed.task == "single"
     main = dist is None or dist.is_main
     loop = RoundLoop(
         method, ctx, ClientSampler(fed.num_clients, cfg.train.client_fraction, cfg.seed, cfg.train.warmup_rounds),
-        clients_state, cbs, evaluator=evaluator, scorer=Scorer(fed), eval_every=cfg.train.eval_every,
+        clients_state, cbs, evaluator=evaluator, scorer=beliefs, eval_every=cfg.train.eval_every,
         checkpoint=ckpt.save if main else None, checkpoint_every=cfg.train.checkpoint_every, executor=executor,
         client_scorer=LocalMemorization(fed, ctx.device, ctx.store) if local else None,
     )
     state = loop.run(state, loop_state, only=stages)
     if not main:
         return state, summarize(loop_state.history, fed.task)
+    beliefs.write(out, [fed.y_train[torch.as_tensor(idx)].numpy() for idx in fed.client_indices])
     return state, write_outputs(out, cfg, fed, method, state, loop_state.history, evaluator, loop_state.extras,
                                 executor.name)
 

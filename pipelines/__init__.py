@@ -2,6 +2,8 @@
 
 `build_pipeline(name, cfg, options)` returns the kfp pipeline object; the same object is
 compiled for a cluster (`runner.compile_pipeline`) or run on a laptop (`runner.run_local`).
+`cfg` and `options.overrides` become the defaults of its run-time inputs `config`
+and `overrides`; the graph is planned from `cfg` with the overrides applied.
 """
 
 from __future__ import annotations
@@ -23,24 +25,25 @@ class PipelineOptions:
     parallelism: int = 0  # sweep: settings trained at once (0 = no limit)
     data_prefix: str = ""  # retrain: where dated snapshots land
     model_name: str = ""  # retrain: registered model name
+    overrides: tuple[str, ...] = ()  # the `overrides` input's default (the --set list)
 
 
 def _experiment(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
     from pipelines.experiment import build
 
-    return build(cfg, o.resources)
+    return build(cfg, o.resources, o.overrides)
 
 
 def _sweep(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
     from pipelines.sweep import build
 
-    return build(cfg, o.resources, o.sweep, o.parallelism)
+    return build(cfg, o.resources, o.sweep, o.parallelism, o.overrides)
 
 
 def _retrain(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
     from pipelines.retrain import build
 
-    return build(cfg, o.resources, o.data_prefix, o.model_name)
+    return build(cfg, o.resources, o.data_prefix, o.model_name, o.overrides)
 
 
 BUILDERS: dict[str, Callable[[ExperimentConfig, PipelineOptions], Any]] = {

@@ -1,8 +1,9 @@
-"""Task settings shared by the pipelines: image, resources, credentials, placement, caching.
+"""Task settings and task groups shared by the pipelines: resources, credentials, caching,
+the chain of stage tasks, evaluate, and the exit handler that closes the MLflow parent.
 
-Only Kubernetes plumbing lives here; what a task computes is in `components/` and
-`fedcore.pipeline`. Locally kfp ignores these settings (it warns once per task), so
-the pipeline object run on a laptop is the one submitted to the cluster.
+Only Kubernetes plumbing and graph shape live here; what a task computes is in
+`components/` and `fedcore.pipeline`. Locally kfp ignores the Kubernetes settings (it
+warns once per task), so the pipeline object run on a laptop is the one submitted to the cluster.
 """
 
 from __future__ import annotations
@@ -11,17 +12,35 @@ from typing import Any
 
 from kfp import dsl, kubernetes
 
-from components import evaluate, run_stage
+from components import (
+    evaluate,
+    finish_tracking,
+    identify_relabel_stage,
+    identify_stage,
+    relabel_stage,
+    run_stage,
+)
 from fedcore.deploy.env import CLIENT_POD_LABEL, DATASET_CACHE_MOUNT
+from fedcore.pipeline.plan import StageShape
 from fedcore.pipeline.resources import CONFIG_MAP_KEYS, SECRET_KEYS, PipelineResources
+
+# A stage's component follows what it yields besides its checkpoint (`Stage.yields`).
+STAGE_COMPONENTS = {
+    (): run_stage,
+    ("verdicts",): identify_stage,
+    ("labels",): relabel_stage,
+    ("labels", "verdicts"): identify_relabel_stage,
+}
+EXPERIMENT_RUN = {"setting": {}, "methods": [], "seeds": [], "slot": -1, "slots": 0}  # not a sweep slot
 
 
 def light(task: dsl.PipelineTask, res: PipelineResources, name: str, cache: bool = True) -> dsl.PipelineTask:
-    """A CPU task: image, requests, S3/MLflow settings from the Secret and ConfigMap, caching."""
+    """A CPU task: image, requests and limits, S3/MLflow settings from the Secret and ConfigMap, caching."""
     task.set_display_name(name)
     task.set_container_image(res.image)
     task.set_cpu_request(res.cpu_request).set_memory_request(res.memory_request)
-    # Caching keys on the inputs, which always include the config (and its hash) as text;
+    task.set_cpu_limit(res.cpu_limit).set_memory_limit(res.memory_limit)
+    # Caching keys on the inputs, which always include the config and the run-time overrides;
     # tasks that read mutable state (MLflow runs, the newest snapshot) opt out.
     task.set_caching_options(cache)
     kubernetes.use_secret_as_env(task, res.secret, {k: k for k in SECRET_KEYS})
@@ -33,9 +52,10 @@ def light(task: dsl.PipelineTask, res: PipelineResources, name: str, cache: bool
 
 
 def training(task: dsl.PipelineTask, res: PipelineResources, name: str) -> dsl.PipelineTask:
-    """A training stage: a light task plus the accelerator, the GPU node pool and retries."""
+    """A training stage: a light task plus stage-sized resources, the accelerator, the GPU node pool, retries."""
     light(task, res, name)
     task.set_cpu_request(res.stage_cpu_request).set_memory_request(res.stage_memory_request)
+    task.set_cpu_limit(res.stage_cpu_limit).set_memory_limit(res.stage_memory_limit)
     if res.accelerators:
         task.set_accelerator_type(res.accelerator_type).set_accelerator_limit(res.accelerators)
         for key, value in res.node_selector.items():
@@ -47,23 +67,35 @@ def training(task: dsl.PipelineTask, res: PipelineResources, name: str) -> dsl.P
     return task
 
 
-def stage_chain(res: PipelineResources, label: str, stages: tuple[str, ...], dataset: Any, tracking: Any,
-                **config: Any) -> dsl.PipelineTask:
-    """One run_stage task per stage, each resuming the previous checkpoint and MLflow run; returns the last.
+def exit_task(res: PipelineResources, config: Any, overrides: Any, settings: Any) -> dsl.PipelineTask:
+    """The exit handler's task: it closes the parent MLflow run whatever happened. It may take
+    only pipeline inputs, so it finds the parent by the Kubeflow run id."""
+    done = finish_tracking(config=config, overrides=overrides, job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                           settings=settings)
+    return light(done, res, "finish-tracking", cache=False)
 
-    config: config_yaml, overrides, config_hash and optionally setting / data_root.
+
+def stage_chain(res: PipelineResources, label: str, stages: StageShape, dataset: Any, tracking: Any,
+                **inputs: Any) -> dsl.PipelineTask:
+    """One task per stage, each with its stage's component, resuming the previous checkpoint
+    and MLflow run; returns the last.
+
+    inputs: config, overrides, setting, methods, seeds, slot, slots and optionally data_root.
     """
+    names = [name for name, _ in stages]
     prev = None
-    for stage in stages:
+    for name, yields in stages:
         extra = {} if prev is None else {"previous": prev.outputs["checkpoint"], "run_id": prev.outputs["Output"]}
-        task = run_stage(stage=stage, dataset=dataset, tracking=tracking, **config, **extra)
-        prev = training(task, res, f"{label}-{stage}")
+        component = STAGE_COMPONENTS[tuple(sorted(yields))]
+        task = component(stage=name, stages=names, label=f"{label}-{name}", dataset=dataset, tracking=tracking,
+                         **inputs, **extra)
+        prev = training(task, res, f"{label}-{name}")
     assert prev is not None, "a method declares at least one stage"
     return prev
 
 
 def evaluation(res: PipelineResources, label: str, last: dsl.PipelineTask, dataset: Any, report: Any,
-               tracking: Any, **config: Any) -> dsl.PipelineTask:
+               tracking: Any, **inputs: Any) -> dsl.PipelineTask:
     task = evaluate(dataset=dataset, run=last.outputs["checkpoint"], report=report, run_id=last.outputs["Output"],
-                    tracking=tracking, **config)
+                    tracking=tracking, label=f"{label}-evaluate", **inputs)
     return light(task, res, f"{label}-evaluate")

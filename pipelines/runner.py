@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -120,8 +122,26 @@ def _quiet(log_path: Path, names: dict[str, str], echo: bool) -> Iterator[None]:
             yield
 
 
-def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: Any) -> Any:
-    """Run the pipeline object itself under kfp.local's SubprocessRunner, in this Python environment.
+@dataclass
+class LocalRun:
+    """A finished local pipeline run: its folder under `<root>/kfp`, the records of its
+    evaluate tasks (what `compare` gets), and the pipeline's output, if it has one."""
+
+    run_dir: Path | None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    output: Any = None
+
+
+def _records(run_dir: Path | None) -> list[dict[str, Any]]:
+    # Each evaluate task writes its run's record next to its figures.
+    if run_dir is None:
+        return []
+    return [json.loads(f.read_text()) for f in sorted(run_dir.glob("**/figures/record.json"))]
+
+
+def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: Any) -> LocalRun:
+    """Run the pipeline object itself (or a compiled package loaded with kfp) under kfp.local's
+    SubprocessRunner, in this Python environment; `arguments` are its run-time inputs.
 
     Artifacts land under `<root>/kfp`, the full task log in `<root>/kfp-local.log`; with
     `echo`, one line per finished task is printed.
@@ -135,9 +155,14 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: A
                raise_on_error=True)
     log = root / "kfp-local.log"
     start = log.stat().st_size if log.is_file() else 0  # the log is appended to across runs
+    before = set((root / "kfp").glob("*")) if (root / "kfp").is_dir() else set()
     try:
         with _one_thread_per_task(), _quiet(log, display_names(pipeline), echo):
-            return pipeline(**arguments)
+            task = pipeline(**arguments)
+        new = sorted(set((root / "kfp").glob("*")) - before)
+        run_dir = new[-1] if new else None
+        outputs = getattr(task, "outputs", None) or {}
+        return LocalRun(run_dir, _records(run_dir), outputs.get("Output"))
     except RuntimeError as err:
         text = _ANSI.sub("", " ".join(str(err).split()))
         cause = task_error(log, start)

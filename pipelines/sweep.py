@@ -1,12 +1,15 @@
 """sweep: ParallelFor over noise settings; per setting one dataset, shared by every method x seed.
 
-Why this shape (kfp 2.17, checked with kfp.local and the compiler):
-- the noise settings are the ParallelFor axis: each iteration prepares one dataset that
-  all of its runs train on, and the last evaluate's rows are fanned in with
-  dsl.Collected into `compare`;
-- methods x seeds are unrolled inside the loop body at compile time, because every method
-  declares its own stages and each stage is its own task (named `<method>-<stage>`);
-  a loop body cannot change shape per item;
+Run-time inputs: `config`, `overrides`, `methods`, `seeds` and `settings` (a list of
+{setting, overrides}), defaults from compile time. Why this shape (kfp 2.17, checked with
+kfp.local and the compiler):
+- the noise settings are the ParallelFor axis, over the `settings` input itself: each
+  iteration prepares one dataset that all of its runs train on, and the last evaluate's
+  rows are fanned in with dsl.Collected into `compare`;
+- methods x seeds are unrolled inside the loop body at compile time (slot i is method
+  i // len(seeds), seed i % len(seeds)), because every method declares its own stages and
+  each stage is its own task; a loop body cannot change shape per item, so a run may
+  change methods and seeds only to ones with the same count and stages;
 - no nested ParallelFor: kfp.local 2.17 cannot fan in (Collected) from a nested loop;
 - the evaluates of one iteration are chained through their `rows` output so one output
   per iteration carries every run's record to the fan-in.
@@ -17,40 +20,45 @@ from kfp import dsl
 
 from components import compare, prepare_data, start_tracking
 from fedcore.config import ExperimentConfig
-from fedcore.pipeline.plan import SweepSpec, config_text, plan_sweep, shared_data
+from fedcore.pipeline.plan import SweepSpec, apply, config_input, plan_sweep, shared_data, sweep_axes
 from fedcore.pipeline.resources import PipelineResources
-from pipelines.common import evaluation, light, stage_chain
+from pipelines.common import evaluation, exit_task, light, stage_chain
 
 
 def build(cfg: ExperimentConfig, res: PipelineResources | None = None, spec: SweepSpec | None = None,
-          parallelism: int = 0):
-    """The sweep pipeline: settings x methods x seeds of `spec` over the base config `cfg`."""
+          parallelism: int = 0, overrides: tuple[str, ...] = ()):
+    """The sweep pipeline: settings x methods x seeds of `spec` over `cfg` plus `overrides` (the inputs' defaults)."""
     res = res or PipelineResources()
-    base = shared_data(cfg)
-    text = config_text(base)
+    base = shared_data(apply(cfg, overrides))
     plans = plan_sweep(base, spec or SweepSpec())
-    items = [p.item() for p in plans]
-    runs = plans[0].runs  # the same (method, seed, stages) in every setting; overrides/hashes come per item
+    axes = sweep_axes(base, spec or SweepSpec())
+    methods_default, seeds_default = list(axes[0]), list(axes[1])
+    settings_default = [p.item() for p in plans]
+    config_default, default_overrides = config_input(cfg), list(overrides)
+    runs = plans[0].runs  # the same (method, seed, stages) in every setting
     many_seeds = len({r.seed for r in runs}) > 1
 
     @dsl.pipeline(name="fedcore-sweep", description=f"{len(plans)} settings x {len(runs)} runs on {base.data.name}")
-    def sweep() -> str:
-        parent = light(start_tracking(config_yaml=text, pipeline="sweep"), res, "start-tracking", cache=False)
-        track = parent.outputs["tracking"]
-        with dsl.ParallelFor(items, parallelism=parallelism) as item:
-            prep = prepare_data(config_yaml=text, overrides=item.overrides, data_hash=item.data_hash)
-            light(prep, res, "prepare-data")
-            rows = "[]"
-            for i, run in enumerate(runs):
-                label = f"{run.method}-s{run.seed}" if many_seeds else run.method
-                config = {"config_yaml": text, "overrides": getattr(item, f"o{i}"),
-                          "config_hash": getattr(item, f"h{i}"), "setting": item.setting}
-                last = stage_chain(res, label, run.stages, prep.outputs["dataset"], track, **config)
-                ev = evaluation(res, label, last, prep.outputs["dataset"], prep.outputs["report"], track,
-                                rows=rows, **config)
-                rows = ev.outputs["Output"]
-        table = compare(config_yaml=text, rows=dsl.Collected(rows), tracking=track)
-        light(table, res, "compare", cache=False)
-        return table.outputs["Output"]
+    def sweep(config: str = config_default, overrides: list = default_overrides,  # noqa: B006 (kfp reads defaults)
+              methods: list = methods_default, seeds: list = seeds_default,  # noqa: B006
+              settings: list = settings_default):  # noqa: B006
+        inputs = {"config": config, "overrides": overrides}
+        with dsl.ExitHandler(exit_task(res, config, overrides, settings), name="sweep"):
+            parent = start_tracking(**inputs, pipeline="sweep", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                                    methods=methods, settings=settings)
+            track = light(parent, res, "start-tracking", cache=False).outputs["tracking"]
+            with dsl.ParallelFor(settings, parallelism=parallelism) as item:
+                prep = light(prepare_data(**inputs, setting=item), res, "prepare-data")
+                rows = "[]"
+                for i, run in enumerate(runs):
+                    label = f"{run.method}-s{run.seed}" if many_seeds else run.method
+                    slot = {**inputs, "setting": item, "methods": methods, "seeds": seeds, "slot": i,
+                            "slots": len(runs)}
+                    last = stage_chain(res, label, run.stages, prep.outputs["dataset"], track, **slot)
+                    ev = evaluation(res, label, last, prep.outputs["dataset"], prep.outputs["report"], track,
+                                    rows=rows, **slot)
+                    rows = ev.outputs["Output"]
+            table = compare(**inputs, rows=dsl.Collected(rows), tracking=track)
+            light(table, res, "compare", cache=False)
 
     return sweep

@@ -15,11 +15,12 @@ console = make_console()
 def compare(
     runs: Annotated[list[Path] | None, typer.Argument(help="run directories written by `fedcore run`")] = None,
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment to compare")] = None,
-    by: Annotated[str, typer.Option(help="group rows by this record field")] = "method",
+    by: Annotated[str, typer.Option(help="label rows by this record field (runs average only when their "
+                                          "configs agree on all but the seed)")] = "method",
 ) -> None:
-    """Table of final metrics across runs (mean ± std over seeds)."""
+    """Table of final metrics across runs (mean ± std over the seeds of one config)."""
     from fedcore.errors import UserError
-    from fedcore.reporting.compare import comparison_table, load_run
+    from fedcore.reporting.compare import comparison_table, load_run, merge_notes
 
     if experiment:
         from fedcore.reporting.compare_mlflow import compare_experiment
@@ -28,4 +29,7 @@ def compare(
         return
     if not runs:
         raise UserError("pass run directories (fedcore compare runs/a runs/b) or --experiment NAME")
-    console.print(comparison_table([load_run(p) for p in runs], by=by))
+    records = [load_run(p) for p in runs]
+    console.print(comparison_table(records, by=by))
+    for note in merge_notes(records, by=by):
+        console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)

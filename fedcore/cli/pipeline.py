@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,7 +17,8 @@ console = make_console()
 
 NameArg = Annotated[str, typer.Argument(help="pipeline: experiment, sweep or retrain")]
 ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", "-s", help="dotted config override (repeatable)")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", "-s", help="dotted config override (repeatable); passed as the run-time input `overrides`")]
 MethodsOpt = Annotated[list[str] | None, typer.Option("--method", help="sweep: a method to include (repeatable)")]
 SeedsOpt = Annotated[list[int] | None, typer.Option("--seed", help="sweep: a training seed (repeatable)")]
 SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="sweep YAML: methods, seeds, settings")]
@@ -31,6 +31,11 @@ ModelOpt = Annotated[str, typer.Option("--model-name", help="retrain: registered
 TrackOpt = Annotated[bool, typer.Option("--tracking/--no-tracking", help="record runs in MLflow")]
 HostOpt = Annotated[str, typer.Option("--host", help="KFP API URL, e.g. http://localhost:8080")]
 ExperimentOpt = Annotated[str, typer.Option("--experiment", help="KFP experiment to file the run under")]
+ParallelOpt = Annotated[int, typer.Option("--parallelism", min=0, help="sweep: settings run at once (0 = no limit)")]
+ResourceOpt = Annotated[list[str] | None, typer.Option(
+    "--resource", help="task resources field=value (repeatable), e.g. stage_memory_limit=32Gi; see docs/pipelines.md")]
+PackageOpt = Annotated[Path | None, typer.Option(
+    "--package", help="run a compiled package as it is (no recompiling); --set/--method/--seed become its inputs")]
 
 
 def find_config(name: str = "quickstart.yaml") -> Path:
@@ -48,12 +53,13 @@ def _options(ctx_args: dict[str, Any], local: bool = False) -> Any:
     from pipelines import PipelineOptions
 
     res = PipelineResources().with_cli(ctx_args.get("image"), ctx_args.get("gpu_type"), ctx_args.get("gpus"),
-                                       ctx_args.get("node_selector"))
+                                       ctx_args.get("node_selector"), ctx_args.get("resource"))
     if local:
         res = local_resources(res)
     spec = load_sweep_spec(ctx_args.get("sweep"), {"methods": ctx_args.get("method"), "seeds": ctx_args.get("seed")})
     return PipelineOptions(resources=res, sweep=spec, data_prefix=ctx_args.get("data_prefix") or "",
-                           model_name=ctx_args.get("model_name") or "")
+                           model_name=ctx_args.get("model_name") or "", parallelism=ctx_args.get("parallelism") or 0,
+                           overrides=tuple(ctx_args.get("set_") or ()))
 
 
 def local_resources(res: Any) -> Any:
@@ -61,15 +67,22 @@ def local_resources(res: Any) -> Any:
     return res.model_copy(update={"retries": 0})
 
 
-def load_pipeline_config(config: Path | None, overrides: list[str] | None, tracking: bool, local_root: Path | None):
-    """The config a pipeline is compiled from; tracking on by default, pinned to a local store for --local."""
+def base_config(config: Path | None, tracking: bool, local_root: Path | None):
+    """The default of a pipeline's `config` input: tracking on by default, pinned to a local store for --local."""
     from fedcore.registries import load_config
 
-    extra = ["tracking.backend=mlflow"] if tracking else ["tracking.backend=none"]
-    cfg = load_config(config or find_config(), [*extra, *(overrides or [])])
+    cfg = load_config(config or find_config(), ["tracking.backend=mlflow"] if tracking else ["tracking.backend=none"])
     if tracking and local_root is not None and not cfg.tracking.uri:
         cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update=local_store(local_root))})
     return cfg
+
+
+def load_pipeline_config(config: Path | None, overrides: list[str] | None, tracking: bool, local_root: Path | None):
+    """What the pipeline runs by default: the base config with the `--set` overrides applied
+    (checked here, so a bad override fails before anything is compiled)."""
+    from fedcore.pipeline.plan import apply
+
+    return apply(base_config(config, tracking, local_root), overrides or [])
 
 
 def local_store(root: Path) -> dict[str, str]:
@@ -84,10 +97,33 @@ def local_store(root: Path) -> dict[str, str]:
     return {"uri": uri, "artifact_location": artifacts}
 
 
-def build(name: str, cfg: Any, args: dict[str, Any], local: bool = False) -> Any:
+def build(name: str, base: Any, args: dict[str, Any], local: bool = False) -> Any:
+    """The pipeline for `base` (its `config` default) and the --set list (its `overrides` default)."""
     from pipelines import build_pipeline
 
-    return build_pipeline(name, cfg, _options(args, local))
+    return build_pipeline(name, base, _options(args, local))
+
+
+def run_arguments(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The run-time inputs the options ask for: overrides, and a sweep's methods and seeds."""
+    out: dict[str, Any] = {}
+    if args.get("set_"):
+        out["overrides"] = list(args["set_"])
+    if name == "sweep":
+        out.update({k: list(args[a]) for k, a in (("methods", "method"), ("seeds", "seed")) if args.get(a)})
+    return out
+
+
+def package_config(package: Path, overrides: list[str] | None) -> Any:
+    """The config a compiled package runs: its `config` default plus the --set list."""
+    from fedcore.pipeline.inputs import parse_config
+    from pipelines.runner import load_specs
+
+    spec, _ = load_specs(package)
+    params = spec.root.input_definitions.parameters
+    if "config" not in params:
+        raise UserError(f"'{package}' is not a fedcore pipeline package (it has no `config` input)")
+    return parse_config(params["config"].default_value.string_value, overrides or [])
 
 
 @app.command("compile")
@@ -95,50 +131,80 @@ def compile_cmd(name: NameArg,
                 config: Annotated[Path | None, typer.Argument(help="config (default: quickstart)")] = None,
                 out: Annotated[Path | None, typer.Option("--out", "-o", help="YAML package to write")] = None,
                 set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None, sweep: SweepOpt = None,
-                image: ImageOpt = None, gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None,
-                node_selector: SelectorOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
-                tracking: TrackOpt = True) -> None:
-    """Compile a pipeline for a config into a KFP package (checked by parsing it back)."""
+                parallelism: ParallelOpt = 0, image: ImageOpt = None, gpu_type: GpuTypeOpt = None,
+                gpus: GpusOpt = None, node_selector: SelectorOpt = None, resource: ResourceOpt = None,
+                data_prefix: PrefixOpt = "", model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
+    """Compile a pipeline into a KFP package (checked by parsing it back); the config and the
+    --set list become the defaults of its run-time inputs `config` and `overrides`."""
     from pipelines.runner import compile_pipeline, load_specs
 
+    base = base_config(config, tracking, None)
     cfg = load_pipeline_config(config, set_, tracking, None)
-    path = compile_pipeline(build(name, cfg, locals()), out or Path(f"{name}.yaml"))
+    path = compile_pipeline(build(name, base, locals()), out or Path(f"{name}.yaml"))
     spec, _ = load_specs(path)
-    console.print(f"wrote {path} ({len(spec.root.dag.tasks)} top-level tasks, config {cfg.config_hash()})")
+    inputs = ", ".join(sorted(spec.root.input_definitions.parameters))
+    console.print(f"wrote {path} ({len(spec.root.dag.tasks)} top-level tasks, config {cfg.config_hash()}; "
+                  f"run-time inputs: {inputs})")
 
 
 @app.command("run")
-def run_cmd(name: NameArg, config: ConfigArg,
+def run_cmd(name: NameArg,
+            config: Annotated[Path | None, typer.Argument(help="experiment YAML (not with --package)")] = None,
             local: Annotated[bool, typer.Option("--local", help="run here with kfp.local")] = False,
             out: Annotated[Path, typer.Option("--out", "-o", help="local run dir")] = Path("runs/pipeline"),
-            set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None, sweep: SweepOpt = None,
-            data_prefix: PrefixOpt = "", model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
-    """Run a pipeline on this machine (the same pipeline object a cluster runs)."""
+            package: PackageOpt = None, set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None,
+            sweep: SweepOpt = None, parallelism: ParallelOpt = 0, data_prefix: PrefixOpt = "",
+            model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
+    """Run a pipeline on this machine (the same pipeline object a cluster runs), or a compiled package."""
     if not local:
         raise UserError("`fedcore pipeline run` runs on this machine: pass --local "
                         "(`fedcore pipeline submit` sends it to a cluster)")
-    cfg = load_pipeline_config(config, set_, tracking, out)
-    result = run_local_pipeline(name, cfg, locals(), out)
+    if package is not None:
+        result, cfg = run_package(package, locals(), out)
+    else:
+        if config is None:
+            raise UserError("pass the experiment config (e.g. configs/quickstart.yaml), or --package PIPELINE.yaml")
+        cfg = load_pipeline_config(config, set_, tracking, out)
+        result = run_local_pipeline(name, base_config(config, tracking, out), locals(), out)
     print_result(name, result, cfg, out)
 
 
-def run_local_pipeline(name: str, cfg: Any, args: dict[str, Any], out: Path) -> Any:
+def run_local_pipeline(name: str, base: Any, args: dict[str, Any], out: Path) -> Any:
     from pipelines.runner import run_local
 
-    pipeline = build(name, cfg, args, local=True)  # bad methods/sweeps fail here, before anything runs
+    pipeline = build(name, base, args, local=True)  # bad methods/sweeps fail here, before anything runs
     console.print(f"running pipeline [bold]{name}[/] locally (task logs: {out / 'kfp-local.log'})")
-    return run_local(pipeline, out)
+    return run_local(pipeline, out, **run_arguments(name, args))
+
+
+def run_package(package: Path, args: dict[str, Any], out: Path) -> tuple[Any, Any]:
+    """Run a compiled package under kfp.local with the options as its run-time inputs."""
+    from kfp import components
+
+    from pipelines.runner import run_local
+
+    if args.get("config") is not None:
+        raise UserError("--package runs the config compiled into the package; drop the config argument "
+                        "(change it with --set)")
+    if not package.is_file():
+        raise UserError(f"--package '{package}' not found; compile one with `fedcore pipeline compile`")
+    cfg = package_config(package, args.get("set_"))
+    pipeline = components.load_component_from_file(str(package))
+    console.print(f"running package [bold]{package}[/] locally (task logs: {out / 'kfp-local.log'})")
+    return run_local(pipeline, out, **run_arguments(args["name"], args)), cfg
 
 
 def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console = console) -> None:
     """The pipeline's records as the comparison table, then where its artifacts and MLflow runs are."""
-    from fedcore.reporting.compare import comparison_table
+    from fedcore.reporting.compare import comparison_table, merge_notes
 
-    output = getattr(result, "output", None)
-    if isinstance(output, str):
-        table = comparison_table(json.loads(output), by="group", title=f"{name} pipeline (mean ± std over seeds)")
+    records = getattr(result, "records", None)
+    if records:
+        table = comparison_table(records, by="group", title=f"{name} pipeline (mean ± std over seeds)")
         table.columns[0].header = "method · setting"
         console.print(table)
+        for note in merge_notes(records, by="group"):
+            console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)
     # soft_wrap: paths and the command stay on one line, ready to copy.
     console.print(f"run dir: {out}  (kfp artifacts in {out / 'kfp'}, task logs in {out / 'kfp-local.log'})",
                   soft_wrap=True, markup=False, highlight=False)
@@ -154,30 +220,37 @@ def mlflow_hint(cfg: Any) -> str:
     return tracker.ui_command() or f"{tracker.uri} (experiment '{cfg.tracking.experiment}')"
 
 
-def _package(name: str, cfg: Any, args: dict[str, Any], tmp: str) -> Path:
+def _package(name: str, base: Any, args: dict[str, Any], tmp: str) -> Path:
     from pipelines.runner import compile_pipeline
 
-    return compile_pipeline(build(name, cfg, args), Path(tmp) / f"{name}.yaml")
+    return compile_pipeline(build(name, base, args), Path(tmp) / f"{name}.yaml")
 
 
 @app.command("submit")
-def submit_cmd(name: NameArg, config: ConfigArg, host: HostOpt, experiment: ExperimentOpt = "fedcore",
+def submit_cmd(name: NameArg,
+               config: Annotated[Path | None, typer.Argument(help="experiment YAML (not with --package)")] = None,
+               host: HostOpt = "", experiment: ExperimentOpt = "fedcore",
                run_name: Annotated[str | None, typer.Option("--run-name")] = None,
-               set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None, sweep: SweepOpt = None,
-               image: ImageOpt = None, gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None,
-               node_selector: SelectorOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
+               package: PackageOpt = None, set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None,
+               sweep: SweepOpt = None, parallelism: ParallelOpt = 0, image: ImageOpt = None,
+               gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None, node_selector: SelectorOpt = None,
+               resource: ResourceOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
                tracking: TrackOpt = True) -> None:
-    """Compile and start one run on a Kubeflow Pipelines cluster."""
+    """Start one run on a Kubeflow Pipelines cluster: compile the config, or send a compiled
+    --package as it is; --set (and a sweep's --method/--seed) become the run's inputs."""
     from pipelines.runner import check_host, submit
 
     check_host(host)
-    cfg = load_pipeline_config(config, set_, tracking, None)
     args = locals()
     with tempfile.TemporaryDirectory(prefix="fedcore-pipeline-") as tmp:
-        package = _package(name, cfg, args, tmp)
+        if package is not None:
+            cfg = package_config(package, set_)
+        else:
+            cfg = load_pipeline_config(config, set_, tracking, None)
+            package = _package(name, base_config(config, tracking, None), args, tmp)
         sa = _options(args).resources.service_account
         run_id = submit(host, package, experiment, run_name or f"{name} {cfg.method.name} {cfg.config_hash()[:8]}",
-                        sa)
+                        sa, run_arguments(name, args))
     console.print(f"submitted run {run_id}: {host.rstrip('/')}/#/runs/details/{run_id}")
 
 
@@ -187,8 +260,8 @@ def schedule_cmd(name: NameArg, config: ConfigArg, host: HostOpt,
                  experiment: ExperimentOpt = "fedcore",
                  job_name: Annotated[str | None, typer.Option("--job-name")] = None,
                  set_: SetOpt = None, image: ImageOpt = None, gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None,
-                 node_selector: SelectorOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
-                 tracking: TrackOpt = True) -> None:
+                 node_selector: SelectorOpt = None, resource: ResourceOpt = None, data_prefix: PrefixOpt = "",
+                 model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
     """Create a recurring run (one at a time, no catch-up), e.g. nightly retraining."""
     from pipelines.runner import check_cron, check_host, schedule
 
@@ -197,7 +270,7 @@ def schedule_cmd(name: NameArg, config: ConfigArg, host: HostOpt,
     cfg = load_pipeline_config(config, set_, tracking, None)
     args = locals()
     with tempfile.TemporaryDirectory(prefix="fedcore-pipeline-") as tmp:
-        package = _package(name, cfg, args, tmp)
+        package = _package(name, base_config(config, tracking, None), args, tmp)
         sa = _options(args).resources.service_account
         job = schedule(host, package, experiment, job_name or f"{name}-{cfg.config_hash()[:8]}", cron, sa)
     console.print(f"scheduled recurring run {job} ({cron}): {host.rstrip('/')}/#/recurringruns/details/{job}")

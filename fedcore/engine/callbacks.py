@@ -15,7 +15,8 @@ class Callback:
     """Base class: override what you need. All hooks are no-ops by default."""
 
     def on_run_start(self, info: dict[str, Any]) -> None:
-        """info: config (ExperimentConfig), out_dir (Path), stages (list of names), resumed (bool)."""
+        """info: config (ExperimentConfig), out_dir (Path), stages (list of names), resumed (bool), and
+        what `fedcore.run` adds: fed, data_sha256, data_source, and final_model (set before on_run_end)."""
 
     def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
         """rnd: global round counter across stages (the MLflow step)."""

@@ -35,6 +35,9 @@ class DataView(Protocol):
     meta: dict[str, Any]
 
 
+STAGE_YIELDS = ("verdicts", "labels")
+
+
 @dataclass(frozen=True)
 class OptimSpec:
     """A client's local optimizer and budget (the sequential loop and the batched executor read it)."""
@@ -60,13 +63,21 @@ class Stage:
     """A named phase with its own round budget.
 
     cohort='all' visits every client each round; evaluate=False skips test evaluation
-    (e.g. self-supervised pretraining, where the head is meaningless).
+    (e.g. self-supervised pretraining, where the head is meaningless). yields: what the
+    stage decides besides new weights, from STAGE_YIELDS: "verdicts" (which clients are
+    noisy) and "labels" (relabeled working labels); a pipeline gives each its own output.
     """
 
     name: str
     rounds: int
     cohort: Literal["sample", "all"] = "sample"
     evaluate: bool = True
+    yields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [y for y in self.yields if y not in STAGE_YIELDS]
+        if unknown:
+            raise ValueError(f"stage '{self.name}' yields {unknown}; known: {list(STAGE_YIELDS)}")
 
 
 @dataclass(frozen=True)

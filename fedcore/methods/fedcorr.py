@@ -122,7 +122,8 @@ class FedCorr(StagedMethod):
         p, total = self.params, self.cfg.train.rounds
         ft = self.stage_rounds("finetune", total // 2 if p.finetune_rounds is None else p.finetune_rounds)
         ft = ft if p.fine_tuning else 0
-        pre = Stage("preprocess", self.stage_rounds("preprocess", p.iterations * self.per_pass))
+        pre = Stage("preprocess", self.stage_rounds("preprocess", p.iterations * self.per_pass),
+                    yields=("verdicts", "labels"))  # its task publishes the identification and the relabeling
         rest = Stage("train", self.stage_rounds("train", max(total - ft, 1)))
         return (pre, Stage("finetune", ft), rest) if ft else (pre, rest)
 

@@ -19,6 +19,11 @@ Round t, client k, with the global model w^t:
    weak-view logits are computed once; per step w_ema <- d w_ema + (1 - d) w_k, d ramped.
    L = L_SR(strong) + lambda_B KL(teacher/T || student/T) + lambda_R KL(f_g(weak)/T' || f_k(strong)/T').
 
+Stages: `warmup` (the first alpha rounds), then `train`, where every round sieves, refines and
+trains (the sieve needs the round's models, so the three stay one stage). Both count inside
+`train.rounds`; the warm-up is a stage of its own so that a pipeline runs it as its own task
+(`train.stage_rounds.warmup` overrides alpha).
+
 v1 -> v2 (each v1 value stays a param value; see `fedgr_params`): warm-up one pass split over
 the rounds -> 10 passes (the v1 sampler that shrank the cohort is gone from the engine);
 surrogate on a weak view with a window of 5 from the hand-over on -> plain image, running
@@ -51,7 +56,7 @@ import torch
 import torch.nn.functional as F
 
 from fedcore.engine.sampler import ClientSampler
-from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan
+from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
 from fedcore.methods.fedgr_params import FedGRParams
@@ -85,13 +90,31 @@ class FedGR(StagedMethod):
         self.global_model = self.build_model().to(ctx.device).requires_grad_(False)
         self.ema_model = self.build_model().to(ctx.device).requires_grad_(False)
         tr, p = self.cfg.train, self.params
-        per_pass = ClientSampler(len(ctx.clients), tr.client_fraction, self.cfg.seed).rounds_per_pass
-        self.alpha = warmup_length(per_pass, p.warmup_passes, p.warmup_rounds)
+        self._num_clients = len(ctx.clients)
         self.sampler = ClientSampler(len(ctx.clients), tr.client_fraction, self.cfg.seed,
                                      max(self.alpha, tr.warmup_rounds))
         small = min(ctx.store.in_shape[1:]) < _MIN_SIDE
         self.views = ("plain" if small else "strong") if p.views == "auto" else p.views
         return state
+
+    @property
+    def alpha(self) -> int:
+        """Warm-up rounds: `warmup_passes` passes over the clients (capped by `warmup_rounds`), the
+        `warmup` stage's budget. From the config, so stages are known before `init`."""
+        tr, p = self.cfg.train, self.params
+        clients = getattr(self, "_num_clients", None) or self.cfg.partition.num_clients
+        per_pass = ClientSampler(clients, tr.client_fraction, self.cfg.seed).rounds_per_pass
+        return self.stage_rounds("warmup", warmup_length(per_pass, p.warmup_passes, p.warmup_rounds))
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        total = self.cfg.train.rounds
+        warm = min(self.alpha, total)
+        if warm == 0:
+            return (Stage("train", self.stage_rounds("train", total)),)
+        if warm == total:  # all warm-up: nothing is ever sieved
+            return (Stage("warmup", warm),)
+        return Stage("warmup", warm), Stage("train", self.stage_rounds("train", total - warm))
 
     def augmenter(self):
         if getattr(self, "_fedgr_aug", None) is None:

@@ -3,12 +3,14 @@
 Wu, Chen, Liu, Wang, Li, Wu, Chen. "FedNoRo: Towards Noise-Robust Federated Learning by
 Addressing Class Imbalance and Label Noise Heterogeneity." IJCAI 2023, arXiv:2305.05230.
 
-Stages: `warmup` (every client trains with logit-adjusted CE, FedAvg), then `train`. At
-the start of `train` every client reports the per-class mean loss of the warmed-up global
-model on its data; the server splits clients with a 2-component GMM on these vectors
-(clean = lower summed mean). Clean clients then train with LA, noisy clients with LA-KD
-(teacher: the global model they start from) under a sigmoid ramp, and the server
-aggregates with DaAgg (`fedcore.stats.daagg`).
+Stages: `warmup` (every client trains with logit-adjusted CE, FedAvg), `identify` and
+`train`. In the one `identify` round every client first reports the per-class mean loss
+of the warmed-up global model on its data; the server splits clients with a 2-component
+GMM on these vectors (clean = lower summed mean). From that round on, clean clients train
+with LA, noisy clients with LA-KD (teacher: the global model they start from) under a
+sigmoid ramp, and the server aggregates with DaAgg (`fedcore.stats.daagg`); `train`
+continues that schedule. (The identify round is the paper's first stage-2 round, split off
+so that a pipeline runs identification as its own task.)
 
 `NoiseAwareMethod` holds that second part (LA / LA-KD / DaAgg) once; FedSIR inherits it.
 
@@ -16,12 +18,13 @@ Departures and choices:
 - Loss vectors are z-scored per class before the GMM (FedNoRo's code min-max scales them);
   a class a client lacks takes the lowest loss of that class, as in FedNoRo's code.
 - One GMM fit with `gmm_n_init` restarts replaces the code's majority vote over 9 seeds.
-- Warm-up rounds count inside `train.rounds` (the train stage gets the rest), as in the
-  code's `rounds`/`s1`; the KD ramp counts rounds of the train stage (code: begin = s1).
+- Warm-up and identify rounds count inside `train.rounds` (the train stage gets the rest),
+  as in the code's `rounds`/`s1`; the KD ramp counts rounds from the identify round on
+  (code: begin = s1).
 - The class prior pi_k comes from the labels the client trains on (counts clamped to 1).
 - The optimizer is the experiment's `train.*` for every method in a comparison (the
   paper: Adam, lr 3e-4).
-- Detection needs every client once: it is a probe (no training) at the first train round.
+- Detection needs every client once: it is a probe (no training) at the identify round.
 """
 
 from __future__ import annotations
@@ -83,7 +86,13 @@ def kd_per_sample(
 
 class NoiseAwareMethod(StagedMethod):
     """Clean clients: LA; noisy clients: LA-KD; server: DaAgg. The noisy set lives in
-    `state.extra["noisy"]` and travels to clients as `instructions["noisy"]`."""
+    `state.extra["noisy"]` and travels to clients as `instructions["noisy"]`.
+
+    `noise_aware_stages` run this optimization one after another as one schedule: the KD
+    ramp (and FedSIR's relabel events) count `phase_round`, the rounds since the first began.
+    """
+
+    noise_aware_stages: tuple[str, ...] = ("train",)
 
     def init(self, ctx):
         if ctx.task == "multi":
@@ -95,9 +104,19 @@ class NoiseAwareMethod(StagedMethod):
     def noisy_set(self, state: ServerState) -> frozenset[int]:
         return frozenset(state.extra.get("noisy", ()))
 
+    def phase_round(self, state: ServerState) -> int:
+        """Rounds done since the first noise-aware stage began (earlier ones by their budgets)."""
+        done = 0
+        for stage in self.stages:
+            if stage.name == state.stage:
+                break
+            if stage.name in self.noise_aware_stages:
+                done += stage.rounds
+        return done + state.stage_round
+
     def train_instructions(self, state: ServerState) -> dict[str, Any]:
         p = self.params
-        w_kd = losses.kd_ramp_weight(state.stage_round, p.kd_begin, p.kd_end, p.kd_a)
+        w_kd = losses.kd_ramp_weight(self.phase_round(state), p.kd_begin, p.kd_end, p.kd_a)
         return {"noisy": self.noisy_set(state), "w_kd": w_kd}
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
@@ -151,7 +170,7 @@ class NoiseAwareMethod(StagedMethod):
 
     def aggregate(self, state, updates, weights=None):
         noisy = self.noisy_set(state)
-        if weights is None and self.params.daagg and noisy and state.stage == "train":
+        if weights is None and self.params.daagg and noisy and state.stage in self.noise_aware_stages:
             ups = [u for u in updates if u.params is not None]
             clean = [u.cid not in noisy for u in ups]
             d = nearest_clean_distances([u.params for u in ups], clean, flat_distance)
@@ -185,14 +204,17 @@ def detect_noisy_clients(class_loss: np.ndarray, seed: int, n_init: int = 9) -> 
 
 @register("fednoro", params=FedNoRoParams)
 class FedNoRo(NoiseAwareMethod):
+    noise_aware_stages = ("identify", "train")
+
     @property
     def stages(self) -> tuple[Stage, ...]:
         warm = self.stage_rounds("warmup", self.params.warmup_rounds)
-        train = self.stage_rounds("train", max(self.cfg.train.rounds - warm, 1))
-        return (Stage("warmup", warm), Stage("train", train))
+        ident = self.stage_rounds("identify", 1)
+        train = self.stage_rounds("train", max(self.cfg.train.rounds - warm - ident, 1))
+        return (Stage("warmup", warm), Stage("identify", ident, yields=("verdicts",)), Stage("train", train))
 
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None:
-        if state.stage != "train":
+        if state.stage == "warmup":
             return RoundPlan(stage=state.stage)
         plan = RoundPlan(stage=state.stage, instructions=self.train_instructions(state))
         if "noisy" not in state.extra:

@@ -6,12 +6,15 @@ Learning with Noisy Labels." CVPR 2026, arXiv:2604.20825. Spec: shared/spec/feds
 Stages: `identify` (one round: every client trains E1 epochs from the same model, then
 uploads the descriptors (mu, e) of its class-similarity matrix; a z-scored GMM calls the
 lower-mu clients clean; the global model and the clean reference phi_clean become the
-FedAvg of the clean clients) and `train`. At the first train round and every R rounds
-after, the clean clients are probed for per-class spectra of phi_clean's features; their
-projector consensus goes to the noisy clients, which relabel where the principal and
-residual criteria agree and put the other samples in their KD set. Then the shared
-noise-aware optimization (`NoiseAwareMethod`: LA, LA-KD, DaAgg); phi_clean is re-averaged
-from the clean clients' updates every round.
+FedAvg of the clean clients), `relabel` and `train`. At the first round after identify
+(the `relabel` stage's one round) and every R rounds after, the clean clients are probed
+for per-class spectra of phi_clean's features; their projector consensus goes to the noisy
+clients, which relabel where the principal and residual criteria agree and put the other
+samples in their KD set. Every round after identify runs the shared noise-aware
+optimization (`NoiseAwareMethod`: LA, LA-KD, DaAgg); phi_clean is re-averaged from the
+clean clients' updates every round. `relabel` and `train` are one schedule (train.rounds
+rounds, relabel events every R): the first event is split off so that a pipeline runs it
+as its own task. With `relabel: false` there is no `relabel` stage.
 
 Departures and choices:
 - Relabeling starts from the original labels at every event (as the public code does);
@@ -69,10 +72,17 @@ class FedSIRParams(NoiseAwareParams):
 
 @register("fedsir", params=FedSIRParams)
 class FedSIR(NoiseAwareMethod):
+    noise_aware_stages = ("relabel", "train")
+
     @property
     def stages(self) -> tuple[Stage, ...]:
-        return (Stage("identify", self.stage_rounds("identify", 1), cohort="all"),
-                Stage("train", self.stage_rounds("train", self.cfg.train.rounds)))
+        ident = Stage("identify", self.stage_rounds("identify", 1), cohort="all", yields=("verdicts",))
+        if not self.params.relabel:
+            return ident, Stage("train", self.stage_rounds("train", self.cfg.train.rounds))
+        relabel = self.stage_rounds("relabel", 1)
+        rest = self.stage_rounds("train", self.cfg.train.rounds - relabel)
+        relabel_stage = Stage("relabel", relabel, yields=("labels",))
+        return (ident, relabel_stage, Stage("train", rest)) if rest > 0 else (ident, relabel_stage)
 
     # -- server: plans ---------------------------------------------------------------------
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None:
@@ -81,7 +91,7 @@ class FedSIR(NoiseAwareMethod):
             return RoundPlan(stage=state.stage) if state.stage_round == 0 else None
         ins = self.train_instructions(state)
         clean = [c for c in range(len(self.ctx.clients)) if c not in ins["noisy"]]
-        if self.params.relabel and ins["noisy"] and clean and state.stage_round % self.params.relabel_every == 0:
+        if self.params.relabel and ins["noisy"] and clean and self.phase_round(state) % self.params.relabel_every == 0:
             ins["phi_clean"] = state.extra["phi_clean"]
             return RoundPlan(stage=state.stage, probe=clean, instructions=ins)
         return RoundPlan(stage=state.stage, instructions=ins)

@@ -1,102 +1,37 @@
-"""The work behind each pipeline component; components only parse inputs and write outputs.
+"""The work behind the data, stage and compare components; components only parse inputs and write outputs.
 
-Tracking: `start_tracking` opens one parent run per pipeline run; the first stage of a
-(method, seed, setting) opens its child run, later stages resume it by id, `evaluate`
-adds the report figures and closes it, and `compare` (or the last evaluate) closes the
-parent. With `tracking.backend: none` every run id is "" and nothing is logged.
+Every task resolves its config from the pipeline's run-time inputs (`fedcore.pipeline.inputs`).
+The MLflow side (parent, children, the exit handler) is in `fedcore.pipeline.runs`, the
+evaluate task in `fedcore.pipeline.evaluation`.
 """
 
 from __future__ import annotations
 
-import csv
 import json
-from dataclasses import dataclass, field
+import shutil
 from pathlib import Path
 from typing import Any
 
 from fedcore.config import ExperimentConfig
-from fedcore.errors import ArtifactError, ConfigError
+from fedcore.errors import ArtifactError
 from fedcore.io import write_bytes
-from fedcore.pipeline.plan import apply, load_run_config, stage_names
-
-REPORT_FILES = ("scene.json", "scene.png")
-
-
-def with_data_root(cfg: ExperimentConfig, data_root: str) -> ExperimentConfig:
-    """Point the dataset at a snapshot resolved at run time (retrain); '' keeps the config's root."""
-    return apply(cfg, [f"data.root={data_root}"]) if data_root else cfg
-
-
-def task_config(config_yaml: str, overrides_json: str, config_hash: str, data_root: str = "") -> ExperimentConfig:
-    return with_data_root(load_run_config(config_yaml, overrides_json, config_hash), data_root)
-
-
-def _tracker(cfg: ExperimentConfig):
-    from fedcore.tracking import make_tracker
-
-    return make_tracker(cfg.tracking, Path.cwd())
+from fedcore.pipeline.inputs import RunInputs, check_stages, resolve
 
 
 def _write_json(path: Path, obj: Any) -> None:
     write_bytes(path, json.dumps(obj, indent=2, default=str).encode())
 
 
-# -- tracking ---------------------------------------------------------------------------------
-
-
-def start_tracking(config_yaml: str, pipeline: str, out: str | Path, run_name: str = "") -> str:
-    """Open the pipeline run's parent MLflow run; write and return its id ('' without tracking)."""
-    cfg = load_run_config(config_yaml)
-    rid = ""
-    if cfg.tracking.backend != "none":
-        tags = {"pipeline": pipeline, "dataset": cfg.data.name, "config_hash": cfg.config_hash()}
-        rid = _tracker(cfg).start_parent(run_name or f"{pipeline} · {cfg.data.name}", tags)
-    _write_json(Path(out), {"parent_run_id": rid})
-    return rid
-
-
-def parent_of(tracking_file: str | Path) -> str:
-    """The parent run id `start_tracking` wrote."""
-    try:
-        return str(json.loads(Path(tracking_file).read_text())["parent_run_id"])
-    except (OSError, ValueError, KeyError):
-        raise ArtifactError(f"'{tracking_file}' is not a start_tracking output; rerun the pipeline") from None
-
-
-def open_child(cfg: ExperimentConfig, parent_run_id: str, setting: str) -> str:
-    """Create the child run of one (method, seed, setting) and leave it RUNNING for the stages."""
-    from fedcore.tracking.base import run_name_for, standard_tags
-
-    tags = {**standard_tags(cfg), "setting": setting or "default", "fedcore.role": "child"}
-    return _tracker(cfg).start(cfg.tracking.run_name or run_name_for(cfg), tags, parent_run_id=parent_run_id or None)
-
-
-def finish_parent(cfg: ExperimentConfig, parent_run_id: str, files: list[Path]) -> None:
-    """Attach the summary files to the parent run and end it."""
-    if not parent_run_id or cfg.tracking.backend == "none":
-        return
-    tracker = _tracker(cfg)
-    tracker.start("", {}, run_id=parent_run_id)
-    for f in files:
-        if f.is_file():
-            tracker.log_artifact(f, "summary")
-    tracker.end("FINISHED")
-
-
 # -- data -------------------------------------------------------------------------------------
 
 
-def prepare(config_yaml: str, overrides_json: str, data_hash: str, data_dir: str | Path,
-            report_dir: str | Path, data_root: str = "") -> dict[str, Any]:
+def prepare(inp: RunInputs, data_dir: str | Path, report_dir: str | Path) -> dict[str, Any]:
     """Build the FederatedDataset into `data_dir` and the noise-scene report (JSON + PNG) into `report_dir`."""
     from fedcore.data.build import build_federated_dataset
     from fedcore.data.federated import scene_report
     from fedcore.reporting.plots import save, scene_figure
 
-    cfg = load_run_config(config_yaml, overrides_json)
-    if data_hash and cfg.data_hash() != data_hash:
-        raise ConfigError(f"data hash {cfg.data_hash()} != {data_hash} the pipeline was compiled for; recompile it")
-    fed = build_federated_dataset(with_data_root(cfg, data_root))
+    fed = build_federated_dataset(resolve(inp))
     fed.save(data_dir)
     report = scene_report(fed)
     _write_json(Path(report_dir) / "scene.json", report)
@@ -108,36 +43,49 @@ def prepare(config_yaml: str, overrides_json: str, data_hash: str, data_dir: str
 # -- training ---------------------------------------------------------------------------------
 
 
-def run_stage(cfg: ExperimentConfig, stage: str, data_dir: str | Path, checkpoint_in: str | Path | None,
-              out_dir: str | Path, parent_run_id: str = "", run_id: str = "", setting: str = "",
-              nproc: int | None = None) -> str:
-    """Run one stage of `cfg`'s method, resuming from the previous stage's run dir; returns the child run id.
+def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Path,
+              checkpoint_in: str | Path | None, out_dir: str | Path, parent_run_id: str = "", run_id: str = "",
+              label: str = "", data_uri: str = "", nproc: int | None = None) -> tuple[ExperimentConfig, str]:
+    """Run one stage, resuming from the previous stage's run dir; returns (config, child run id).
 
-    The first stage (no run_id) opens the child run; the method's last stage closes it
-    unless evaluate follows (it always does in the pipelines, which reopen it by id).
+    stages: what the pipeline was compiled for (the run-time method must declare the same).
+    The first stage (no run_id) opens the child run; the last closes it (evaluate reopens it).
     nproc: processes for the stage (None: one per visible GPU on CUDA, so a pod given
     `--gpus N` trains on all N through torch.distributed; one on the CPU).
     """
     from fedcore.pipeline.ranks import launch_stage, stage_callbacks
+    from fedcore.pipeline.runs import fail_run, note_failure, open_child
     from fedcore.run import run_experiment
 
-    stages = stage_names(cfg)
-    if stage not in stages:
-        raise ConfigError(f"method '{cfg.method.name}' has stages {list(stages)}; no stage '{stage}'")
-    rid = (run_id or open_child(cfg, parent_run_id, setting)) if cfg.tracking.backend != "none" else ""
-    if checkpoint_in is not None and stage != stages[0]:
-        _require_checkpoint(Path(checkpoint_in))
-    resume = checkpoint_in if stage != stages[0] else None
-    keep_open = stage != stages[-1]
-    nproc = stage_processes(cfg) if nproc is None else nproc
-    if nproc > 1:
-        launch_stage(cfg, nproc, {"stage": stage, "data_dir": str(data_dir), "out_dir": str(out_dir),
-                                  "resume": None if resume is None else str(resume), "run_id": rid,
-                                  "keep_open": keep_open})
-    else:
-        run_experiment(cfg, out_dir, data=data_dir, resume=resume, stages=[stage],
-                       callbacks=stage_callbacks(cfg, rid, keep_open))
-    return rid
+    cfg, rid = None, ""
+    try:
+        cfg = resolve(inp)
+        if cfg.tracking.backend != "none":
+            # Opened first: whatever fails from here on is recorded on this run's child.
+            rid = run_id or open_child(cfg, parent_run_id, inp.setting_name)
+        check_stages(cfg, stages)
+        from fedcore.tracking.pipeline_runs import TASK_TAG
+
+        if stage != stages[0]:
+            _require_checkpoint(Path(checkpoint_in) if checkpoint_in is not None else None)
+        resume = checkpoint_in if stage != stages[0] else None
+        keep_open = stage != stages[-1]
+        extra = {"tags": {TASK_TAG: label} if label else None, "data_source": data_uri or None}
+        nproc = stage_processes(cfg) if nproc is None else nproc
+        if nproc > 1:
+            launch_stage(cfg, nproc, {"stage": stage, "data_dir": str(data_dir), "out_dir": str(out_dir),
+                                      "resume": None if resume is None else str(resume), "run_id": rid,
+                                      "keep_open": keep_open, "tracking": extra})
+        else:
+            run_experiment(cfg, out_dir, data=data_dir, resume=resume, stages=[stage],
+                           callbacks=stage_callbacks(cfg, rid, keep_open, **extra))
+    except BaseException as err:
+        if rid:
+            fail_run(cfg, rid, label, err)
+        else:
+            note_failure(inp, parent_run_id, label, err)
+        raise
+    return cfg, rid
 
 
 def stage_processes(cfg: ExperimentConfig) -> int:
@@ -149,95 +97,33 @@ def stage_processes(cfg: ExperimentConfig) -> int:
     return torch.cuda.device_count() if resolve_device(cfg.train.device).type == "cuda" else 1
 
 
-def _require_checkpoint(path: Path) -> None:
-    if not (path / "checkpoints" / "latest.pt").is_file():
+def stage_outputs(run_dir: str | Path, verdicts: str | Path | None = None,
+                  labels: str | Path | None = None) -> dict[str, Any]:
+    """Publish what a stage decided: the client verdicts (JSON) and the relabeled working
+    labels (labels.npz plus a summary), from the beliefs the run wrote; returns their metadata."""
+    from fedcore.engine.beliefs import BELIEFS_FILE, LABELS_FILE
+
+    run_dir = Path(run_dir)
+    beliefs = json.loads((run_dir / BELIEFS_FILE).read_text()) if (run_dir / BELIEFS_FILE).is_file() else {}
+    meta: dict[str, Any] = {}
+    if verdicts is not None:
+        keep = {k: beliefs.get(k, {}) for k in ("noisy_clients", "client_noisy", "client_rate", "rounds")}
+        _write_json(Path(verdicts), keep)
+        meta["noisy_clients"] = len(keep["noisy_clients"])
+    if labels is not None:
+        out = Path(labels)
+        out.mkdir(parents=True, exist_ok=True)
+        relabeled = beliefs.get("relabeled", {})
+        _write_json(out / "relabeled.json", {"relabeled": relabeled, "rounds": beliefs.get("rounds", {})})
+        if (run_dir / LABELS_FILE).is_file():
+            shutil.copyfile(run_dir / LABELS_FILE, out / LABELS_FILE)
+        meta["relabeled_samples"] = int(sum(relabeled.values()))
+    return meta
+
+
+def _require_checkpoint(path: Path | None) -> None:
+    if path is None or not (path / "checkpoints" / "latest.pt").is_file():
         raise ArtifactError(f"no checkpoint in '{path}'; the previous stage's output is missing or incomplete")
-
-
-# -- evaluation -------------------------------------------------------------------------------
-
-
-@dataclass
-class Evaluation:
-    record: dict[str, Any]
-    confusion: list[list[int]] | None = None
-    class_names: list[str] = field(default_factory=list)
-    figures: list[Path] = field(default_factory=list)
-
-
-def read_history(path: Path) -> list[dict[str, Any]]:
-    """history.csv rows with numbers parsed back (stage stays text, blanks are dropped)."""
-    with open(path, newline="") as f:
-        return [{k: (v if k == "stage" else float(v)) for k, v in row.items() if v not in ("", None)}
-                for row in csv.DictReader(f)]
-
-
-def rate_estimates(history: list[dict[str, Any]]) -> dict[int, float]:
-    """The last per-client noise-rate estimates a run logged ({} for methods that estimate none)."""
-    prefix = "noise/rate_est/client_"
-    for row in reversed(history):
-        est = {int(k[len(prefix):]): v for k, v in row.items() if k.startswith(prefix)}
-        if est:
-            return est
-    return {}
-
-
-def evaluate(cfg: ExperimentConfig, data_dir: str | Path, run_dir: str | Path, report_dir: str | Path,
-             out_dir: str | Path, run_id: str = "", setting: str = "") -> Evaluation:
-    """Final metrics, confusion matrix, rate scatter and curves of a finished run; closes its child run."""
-    from fedcore.data.federated import FederatedDataset
-
-    run_dir, out = Path(run_dir), Path(out_dir)
-    metrics_file = run_dir / "metrics.json"
-    if not metrics_file.is_file():
-        raise ArtifactError(f"'{run_dir}' has no metrics.json; the last stage did not finish")
-    final = json.loads(metrics_file.read_text())
-    history = read_history(run_dir / "history.csv")
-    fed = FederatedDataset.load(data_dir)
-    setting = setting or "default"
-    ev = Evaluation(record={
-        "setting": setting, "method": cfg.method.name, "group": f"{cfg.method.name} · {setting}", "seed": cfg.seed,
-        "config_hash": cfg.config_hash(), "data_sha256": final.get("data_sha256"), "run_id": run_id,
-        "rounds": final.get("rounds"), "summary": final["summary"], "task": fed.task,
-    }, class_names=list(fed.meta.get("class_names") or []))
-    ev.figures = _figures(cfg, fed, history, run_dir, out, ev)
-    _write_json(out / "record.json", ev.record)
-    if run_id and cfg.tracking.backend != "none":
-        _log_evaluation(cfg, run_id, out, Path(report_dir))
-    return ev
-
-
-def _figures(cfg, fed, history, run_dir: Path, out: Path, ev: Evaluation) -> list[Path]:
-    from fedcore.reporting.plots import confusion_figure, curves_figure, rate_scatter, save
-    from fedcore.tracking.base import run_name_for
-
-    figs = [save(curves_figure(history, run_name_for(cfg), task=fed.task), out / "curves.png")]
-    if (run_dir / "confusion.json").is_file():
-        ev.confusion = json.loads((run_dir / "confusion.json").read_text())
-        figs.append(save(confusion_figure(ev.confusion, ev.class_names), out / "confusion.png"))
-    est = rate_estimates(history)
-    if est:
-        cids = sorted(est)
-        true = [float(fed.truth.realized_rate[c]) for c in cids]
-        figs.append(save(rate_scatter(true, [est[c] for c in cids], run_name_for(cfg)), out / "noise_rates.png"))
-        _write_json(out / "noise_rates.json", {"client": cids, "true": true, "estimated": [est[c] for c in cids]})
-    return figs
-
-
-def _log_evaluation(cfg: ExperimentConfig, run_id: str, out: Path, report_dir: Path) -> None:
-    tracker = _tracker(cfg)
-    tracker.start("", {}, run_id=run_id)
-    try:
-        for f in sorted(out.iterdir()):
-            tracker.log_artifact(f, "evaluation")
-        for name in REPORT_FILES:
-            if (report_dir / name).is_file():
-                tracker.log_artifact(report_dir / name, "reports")
-        tracker.set_tags({"evaluated": "true"})
-    except BaseException:
-        tracker.end("FAILED")
-        raise
-    tracker.end("FINISHED")
 
 
 # -- comparison -------------------------------------------------------------------------------
@@ -252,8 +138,9 @@ def plot_metric(records: list[dict[str, Any]]) -> str:
 
 
 def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep") -> str:
-    """Mean ± std over seeds per (method, setting): writes compare.md/.json/.png, returns the Markdown table."""
-    from fedcore.reporting.compare import comparison_rows, mean_std
+    """Mean ± std over the seeds of one config per (method, setting): writes compare.md/.json/.png,
+    returns the Markdown table (with a note for labels that hold several configs)."""
+    from fedcore.reporting.compare import comparison_rows, group_records, mean_std, merge_notes
     from fedcore.reporting.plots import compare_figure, save
 
     if not rows:
@@ -261,16 +148,29 @@ def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep
     records = [{**r, "group": f"{r['method']} · {r['setting']}"} for r in rows]
     header, table = comparison_rows(records, by="group")
     header[0] = "method · setting"
+    notes = merge_notes(records, by="group")
     md = "\n".join([f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                   + ["| " + " | ".join(row) + " |" for row in table]) + "\n"
+                   + ["| " + " | ".join(row) + " |" for row in table] + [""] + [f"Note: {n}" for n in notes]) + "\n"
     out = Path(out_dir)
     write_bytes(out / "compare.md", md.encode())
-    _write_json(out / "compare.json", {"header": header, "rows": table, "runs": rows})
+    _write_json(out / "compare.json", {"header": header, "rows": table, "notes": notes, "runs": rows})
     metric = plot_metric(records)
-    groups: dict[str, list[float]] = {}
-    for r in records:
-        groups.setdefault(r["group"], []).append(r["summary"].get(metric))
-    stats = {g: mean_std(v) for g, v in groups.items()}
+    groups = group_records(records, "group")
+    stats = {g: mean_std([r["summary"].get(metric) for r in recs]) for g, recs in groups.items()}
     save(compare_figure(list(stats), [m for m, _ in stats.values()], [s for _, s in stats.values()], metric),
          out / "compare.png")
     return md
+
+
+def stage_task(inp: RunInputs, stage: str, stages: list[str], label: str, dataset: Any, previous: str | None,
+               checkpoint: str, tracking: str, run_id: str) -> tuple[dict[str, float], dict[str, Any], str]:
+    """What every stage component does: run the stage into `checkpoint` (artifact paths in;
+    `dataset` is the input artifact, whose URI names the run's dataset source); returns
+    (the stage's finite summary for its Metrics, the checkpoint's metadata, the run id)."""
+    from fedcore.pipeline.runs import parent_of
+
+    cfg, rid = run_stage(inp, stage, stages, dataset.path, previous, checkpoint, parent_of(tracking), run_id, label,
+                         getattr(dataset, "uri", "") or "")
+    summary = json.loads((Path(checkpoint) / "metrics.json").read_text())["summary"]
+    meta = {"stage": stage, "method": cfg.method.name, "config_hash": cfg.config_hash(), "run_id": rid}
+    return {k: float(v) for k, v in summary.items() if v is not None}, meta, rid

@@ -1,9 +1,10 @@
-"""Compile-time planning: the runs a pipeline makes, their config overrides and hashes.
+"""Compile-time planning: the shape of a pipeline's task graph and its inputs' defaults.
 
-Pipelines are compiled per config. Everything that decides the task graph (which
-methods, their stages, which seeds and noise settings) is resolved here, once, and the
-tasks receive the base config as YAML text plus a JSON list of `key=value` overrides and
-the expected config hash, which they check (see `load_run_config`).
+A pipeline is compiled from a config, but what it runs is decided at run time: its tasks
+receive the pipeline's inputs (the config YAML, the `--set` overrides, and for a sweep
+the methods, seeds and settings) and resolve their own config from them
+(`fedcore.pipeline.inputs`). What the graph's shape needs is fixed here: how many
+(method, seed) runs a setting has and which stages each runs, one task per stage.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedcore import safe_yaml
@@ -33,16 +33,21 @@ class SweepSpec(BaseModel):
     )
 
 
+StageShape = tuple[tuple[str, tuple[str, ...]], ...]  # (stage name, what it yields) per stage
+
+
 @dataclass(frozen=True)
 class RunPlan:
-    """One (method, seed, setting) run: its overrides on the base config and what they give."""
+    """One (method, seed) slot of a setting: the stages its tasks run, and a display name."""
 
     method: str
     seed: int
-    overrides: tuple[str, ...]
-    config_hash: str
-    stages: tuple[str, ...]
+    stages: StageShape
     name: str
+
+    @property
+    def stage_names(self) -> list[str]:
+        return [name for name, _ in self.stages]
 
 
 @dataclass(frozen=True)
@@ -54,43 +59,22 @@ class SettingPlan:
     data_hash: str
     runs: list[RunPlan] = field(default_factory=list)
 
-    def item(self) -> dict[str, str]:
-        """The ParallelFor item: flat string fields (kfp types sub-fields of static items as strings).
+    def item(self) -> dict[str, Any]:
+        """The setting as the sweep's `settings` pipeline input holds it (one ParallelFor item).
 
-        The setting is under `setting`, not `name`: `item.name` is the loop channel's own name in kfp.
+        The name is under `setting`, not `name`: `item.name` is the loop channel's own name in kfp.
         """
-        out = {"setting": self.name, "overrides": dumps(self.overrides), "data_hash": self.data_hash}
-        for i, run in enumerate(self.runs):
-            out[f"o{i}"] = dumps(run.overrides)
-            out[f"h{i}"] = run.config_hash
-        return out
+        return {"setting": self.name, "overrides": list(self.overrides)}
 
 
-def dumps(overrides: tuple[str, ...] | list[str]) -> str:
-    return json.dumps(list(overrides))
+def config_input(cfg: ExperimentConfig) -> str:
+    """The config as the default of a pipeline's `config` input: one line of JSON.
 
-
-def config_text(cfg: ExperimentConfig) -> str:
-    """The resolved config as YAML: what pipelines pass to their tasks."""
-    return cfg.to_yaml()
-
-
-def load_run_config(config_yaml: str, overrides_json: str = "[]", expect_hash: str = "") -> ExperimentConfig:
-    """Rebuild a task's config; refuse it when it no longer hashes to what the pipeline was compiled for."""
-    try:
-        data = safe_yaml.loads(config_yaml) or {}
-        overrides = json.loads(overrides_json or "[]")
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        raise ConfigError(f"task config cannot be parsed ({type(err).__name__}); recompile the pipeline") from None
-    if not isinstance(data, dict) or not isinstance(overrides, list):
-        raise ConfigError("task config must be a YAML mapping plus a JSON list of overrides; recompile the pipeline")
-    cfg = config_from_dict(data, [str(o) for o in overrides])
-    if expect_hash and cfg.config_hash() != expect_hash:
-        raise ConfigError(
-            f"config hash {cfg.config_hash()} != {expect_hash} the pipeline was compiled for; "
-            "recompile it from the config you mean to run"
-        )
-    return cfg
+    A string, not a JSON object: Kubeflow stores object defaults as protobuf Structs, whose
+    numbers are all doubles, and a free dict such as method.params would come back with
+    5.0 for 5 (another config hash); and one line, as kfp's package header holds defaults.
+    """
+    return json.dumps(cfg.to_dict(), sort_keys=False)
 
 
 def apply(cfg: ExperimentConfig, overrides: list[str] | tuple[str, ...]) -> ExperimentConfig:
@@ -98,9 +82,14 @@ def apply(cfg: ExperimentConfig, overrides: list[str] | tuple[str, ...]) -> Expe
 
 
 def stage_names(cfg: ExperimentConfig) -> tuple[str, ...]:
+    return tuple(name for name, _ in stage_shape(cfg))
+
+
+def stage_shape(cfg: ExperimentConfig) -> StageShape:
+    """The method's stages as the task graph needs them: name and what each yields."""
     from fedcore.methods.registry import build_method
 
-    return tuple(s.name for s in build_method(cfg).stages)
+    return tuple((s.name, tuple(sorted(s.yields))) for s in build_method(cfg).stages)
 
 
 def shared_data(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -113,22 +102,33 @@ def method_overrides(base: ExperimentConfig, method: str) -> list[str]:
     return [] if method == base.method.name else [f"method.name={method}", "method.params={}"]
 
 
-def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
-    """Settings x methods x seeds, each run's config validated and hashed; stages per method."""
-    from fedcore.tracking.base import noise_label, run_name_for
+def sweep_axes(base: ExperimentConfig, spec: SweepSpec) -> tuple[list[str], list[int], dict[str, list[str]]]:
+    """(methods, seeds, settings) of a sweep; empty parts of the spec take the config's own."""
+    from fedcore.tracking.base import noise_label
 
-    methods = spec.methods or [base.method.name]
-    seeds = spec.seeds or [base.seed]
-    settings = spec.settings or {noise_label(base): []}
+    return (spec.methods or [base.method.name], spec.seeds or [base.seed],
+            {k: list(v) for k, v in spec.settings.items()} or {noise_label(base): []})
+
+
+def run_overrides(base: ExperimentConfig, setting: list[str] | tuple[str, ...], method: str,
+                  seed: int) -> tuple[str, ...]:
+    """The overrides that turn a sweep's base config into one (setting, method, seed) run."""
+    return (*setting, *method_overrides(base, method), f"seed={seed}")
+
+
+def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
+    """Settings x methods x seeds, each run's config validated; stages per method."""
+    from fedcore.tracking.base import run_name_for
+
+    methods, seeds, settings = sweep_axes(base, spec)
     plans = []
     for name, set_overrides in settings.items():
         set_cfg = apply(base, set_overrides)  # validated: a setting may switch dataset or model
         runs = []
         for method in methods:
             for seed in seeds:
-                overrides = (*set_overrides, *method_overrides(base, method), f"seed={seed}")
-                cfg = apply(base, overrides)
-                runs.append(RunPlan(method, seed, overrides, cfg.config_hash(), stage_names(cfg), run_name_for(cfg)))
+                cfg = apply(base, run_overrides(base, set_overrides, method, seed))
+                runs.append(RunPlan(method, seed, stage_shape(cfg), run_name_for(cfg)))
         plans.append(SettingPlan(name, tuple(set_overrides), set_cfg.data_hash(), runs))
     _check_same_stages(plans)
     return plans

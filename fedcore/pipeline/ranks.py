@@ -19,8 +19,10 @@ from typing import Any
 from fedcore.config import ExperimentConfig
 
 
-def stage_callbacks(cfg: ExperimentConfig, run_id: str, keep_open: bool, main: bool = True) -> list[Any]:
+def stage_callbacks(cfg: ExperimentConfig, run_id: str, keep_open: bool, main: bool = True,
+                    tags: dict[str, str] | None = None, data_source: str | None = None) -> list[Any]:
     """Early stopping and tracking of a stage; on ranks other than 0 tracking is a placeholder.
+    tags, data_source: passed to the TrackingCallback (the pipeline task's name, the dataset's URI).
 
     Same callbacks in the same order in every stage: checkpoints restore their state by position.
     """
@@ -32,7 +34,8 @@ def stage_callbacks(cfg: ExperimentConfig, run_id: str, keep_open: bool, main: b
         from fedcore.tracking.callback import TrackingCallback
 
         tracked = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"run_id": run_id})})
-        callbacks.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), tracked, keep_open=keep_open)
+        callbacks.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), tracked, keep_open=keep_open,
+                                          tags=tags, data_source=data_source)
                          if main else Callback())
     return callbacks
 
@@ -66,7 +69,8 @@ def main(spec_path: str) -> None:
     main_rank = info is None or info.is_main
     try:
         run_experiment(cfg, spec["out_dir"], data=spec["data_dir"], resume=spec["resume"], stages=[spec["stage"]],
-                       callbacks=stage_callbacks(cfg, spec["run_id"], spec["keep_open"], main=main_rank), dist=info)
+                       callbacks=stage_callbacks(cfg, spec["run_id"], spec["keep_open"], main=main_rank,
+                                                 **spec.get("tracking", {})), dist=info)
     finally:
         shutdown(info)
 

@@ -7,10 +7,24 @@ contract with the manifests under k8s/.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fedcore.deploy import env
 from fedcore.errors import ConfigError
+
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_UNITS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity as a number: '500m' -> 0.5, '2' -> 2, '16Gi' -> 17179869184."""
+    m = _QUANTITY.match(str(text).strip())
+    if m is None:
+        raise ValueError(f"'{text}' is not a Kubernetes quantity such as 500m, 2, 512Mi or 16Gi")
+    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 class Toleration(BaseModel):
@@ -28,8 +42,12 @@ class PipelineResources(BaseModel):
     image: str = Field(default_factory=env.image, description="image every task runs in")
     cpu_request: str = "1"
     memory_request: str = "2Gi"
+    cpu_limit: str = Field("2", description="every CPU task (prepare, evaluate, tracking, compare)")
+    memory_limit: str = "4Gi"
     stage_cpu_request: str = "4"
     stage_memory_request: str = "16Gi"
+    stage_cpu_limit: str = Field("8", description="every training stage")
+    stage_memory_limit: str = "24Gi"
     accelerator_type: str = env.GPU_RESOURCE
     accelerators: int = Field(1, ge=0, description="per training stage; 0 runs stages on CPU nodes")
     node_selector: dict[str, str] = Field(default_factory=lambda: dict(env.GPU_NODE_SELECTOR))
@@ -40,9 +58,18 @@ class PipelineResources(BaseModel):
     cache_pvc: str | None = env.DATASET_CACHE_PVC
     service_account: str = env.PIPELINE_SERVICE_ACCOUNT
 
+    @model_validator(mode="after")
+    def _limits_cover_requests(self) -> PipelineResources:
+        for kind in ("cpu", "memory", "stage_cpu", "stage_memory"):
+            request, limit = getattr(self, f"{kind}_request"), getattr(self, f"{kind}_limit")
+            if quantity(limit) < quantity(request):
+                raise ValueError(f"{kind}_limit {limit} is below {kind}_request {request}")
+        return self
+
     def with_cli(self, image: str | None = None, gpu_type: str | None = None, gpus: int | None = None,
-                 node_selector: list[str] | None = None) -> PipelineResources:
-        """Apply CLI options (`--image`, `--gpu-type`, `--gpus`, `--node-selector k=v`)."""
+                 node_selector: list[str] | None = None, resource: list[str] | None = None) -> PipelineResources:
+        """Apply CLI options (`--image`, `--gpu-type`, `--gpus`, `--node-selector k=v`,
+        `--resource field=value`, e.g. `--resource stage_memory_limit=32Gi`)."""
         update: dict[str, object] = {}
         if image:
             update["image"] = image
@@ -54,7 +81,20 @@ class PipelineResources(BaseModel):
             update["accelerators"] = gpus
         if node_selector:
             update["node_selector"] = parse_pairs(node_selector, "--node-selector")
-        return self.model_copy(update=update)
+        sizes = parse_pairs(resource or [], "--resource")
+        unknown = sorted(k for k in sizes if k not in RESOURCE_FIELDS)
+        if unknown:
+            raise ConfigError(f"--resource {unknown[0]}: choose one of {', '.join(RESOURCE_FIELDS)}")
+        try:
+            return PipelineResources.model_validate({**self.model_dump(), **update, **sizes})
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise ConfigError(f"bad task resources: {first['msg'].removeprefix('Value error, ')}") from None
+
+
+RESOURCE_FIELDS: tuple[str, ...] = tuple(
+    f"{prefix}{kind}_{what}" for prefix in ("", "stage_") for kind in ("cpu", "memory") for what in ("request", "limit")
+)
 
 
 # The S3 credentials come from the Secret; everything else a task reads from the ConfigMap.

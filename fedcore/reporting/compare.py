@@ -1,14 +1,23 @@
-"""Compare finished runs: a table of final metrics, grouped into mean ± std over seeds."""
+"""Compare finished runs: a table of final metrics, grouped into mean ± std over seeds.
+
+Runs are averaged together only when their configs agree on everything but the seed
+(`group_key`); a label (the method, or method · setting) alone never merges them. When
+runs share a label but not a config, each group's label gets the keys that tell them
+apart, e.g. `fedavg [train.rounds=10]` and `fedavg [train.rounds=30]`.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from rich.table import Table
+from rich.text import Text
 
 from fedcore.errors import ArtifactError
 
@@ -23,6 +32,22 @@ COLUMNS = [
     ("last/test/CF1", "CF1"), ("last/test/OF1", "OF1"),
     ("last/test/corr_dist", "corr dist"),
 ]
+# Keys that differ between the seeds of one group by construction.
+SEED_KEYS = ("seed",)
+SHOWN_KEYS = 3  # differing keys named in a label; the rest are counted
+
+
+def flat_config(data: dict[str, Any]) -> dict[str, str]:
+    """A config dict flattened the way runs log it as MLflow params."""
+    from fedcore.tracking.base import flatten_dict
+
+    return flatten_dict(data)
+
+
+def group_key(config: dict[str, str]) -> str:
+    """Digest of a flattened config without its seed: equal for the seeds of one setting."""
+    items = sorted((k, v) for k, v in config.items() if k not in SEED_KEYS)
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
 
 
 def load_run(path: Path) -> dict[str, Any]:
@@ -38,14 +63,64 @@ def load_run(path: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, KeyError, TypeError):
         raise ArtifactError(f"'{f}' is corrupt; re-run the experiment") from None
     rec["path"] = str(path)
+    cfg_file = Path(path) / "config.yaml"
+    if cfg_file.is_file():
+        try:
+            rec["config"] = flat_config(yaml.safe_load(cfg_file.read_text()) or {})
+        except yaml.YAMLError:
+            raise ArtifactError(f"'{cfg_file}' is corrupt; re-run the experiment") from None
     return rec
 
 
+def differing_keys(configs: list[dict[str, str]]) -> list[str]:
+    """Config keys (seed aside) whose values are not the same in every config."""
+    keys = sorted(set().union(*configs)) if configs else []
+    return [k for k in keys if k not in SEED_KEYS and len({c.get(k) for c in configs}) > 1]
+
+
+def _key(r: dict[str, Any]) -> str | None:
+    return group_key(r["config"]) if r.get("config") else None
+
+
 def group_records(records: list[dict[str, Any]], by: str = "method") -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    """label -> records of one config (seeds aside); labels shared by several configs get
+    the differing keys appended. Records without a config group by label alone."""
+    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
-        groups[str(r.get(by, r.get("path")))].append(r)
-    return dict(groups)
+        groups[(str(r.get(by, r.get("path"))), _key(r))].append(r)
+    by_label: dict[str, list[tuple[str, str | None]]] = defaultdict(list)
+    for label, key in groups:
+        by_label[label].append((label, key))
+    out = {}
+    for label, keys in by_label.items():
+        if len(keys) == 1:
+            out[label] = groups[keys[0]]
+            continue
+        configs = [groups[k][0].get("config") or {} for k in keys]
+        diff = differing_keys(configs)
+        for k, cfg in zip(keys, configs, strict=True):
+            shown = [f"{d}={cfg.get(d, '-')}" for d in diff[:SHOWN_KEYS]]
+            more = f", +{len(diff) - SHOWN_KEYS}" if len(diff) > SHOWN_KEYS else ""
+            out[f"{label} [{', '.join(shown)}{more}]"] = groups[k]
+    return out
+
+
+def merge_notes(records: list[dict[str, Any]], by: str = "method") -> list[str]:
+    """One line per label that holds several configs: which keys keep them apart."""
+    labels: dict[str, list[dict[str, str]]] = defaultdict(list)
+    seen: set[tuple[str, str | None]] = set()
+    for r in records:
+        label, key = str(r.get(by, r.get("path"))), _key(r)
+        if (label, key) not in seen:
+            seen.add((label, key))
+            labels[label].append(r.get("config") or {})
+    notes = []
+    for label, configs in labels.items():
+        if len(configs) > 1:
+            diff = differing_keys(configs)
+            values = "; ".join(f"{d}: {' | '.join(sorted({str(c.get(d, '-')) for c in configs}))}" for d in diff)
+            notes.append(f"'{label}' holds {len(configs)} configs, kept apart; they differ in {values}")
+    return notes
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -103,5 +178,5 @@ def comparison_table(records: list[dict[str, Any]], by: str = "method", title: s
     for i, h in enumerate(header):
         table.add_column(h, justify="left" if i == 0 else "right")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))  # labels hold [key=value]: text, not rich markup
     return table

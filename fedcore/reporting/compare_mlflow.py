@@ -1,7 +1,8 @@
 """`fedcore compare --experiment NAME`: the comparison table from an MLflow experiment, plus a PNG.
 
 Reads finished child runs (one per method, seed, setting) with `mlflow.search_runs` and
-groups them by (method, setting) into mean ± std over seeds, like the sweep's `compare`.
+groups runs whose logged configs agree on all but the seed into mean ± std over seeds,
+labelled by (method, setting), like the sweep's `compare`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from fedcore.errors import TrackingError, UserError
 
 PLOT_METRIC = "final/acc_last10"
 MULTI_PLOT_METRIC = "final/mAP_last10"
+# The params that are the flattened config (the rest is provenance: config_hash, git_commit, ...).
+CONFIG_SECTIONS = ("data.", "partition.", "noise.", "model.", "train.", "method.")
 
 
 def plot_metric(records: list[dict[str, Any]]) -> str:
@@ -50,8 +53,12 @@ def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]
         if exp is None:
             raise UserError(f"no MLflow experiment '{experiment}' at {tracking_uri}; "
                             "check the name (tracking.experiment) or MLFLOW_TRACKING_URI")
-        mlflow.set_tracking_uri(tracking_uri)
-        df = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="attributes.status = 'FINISHED'")
+        from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+        # Scoped: a process-wide set_tracking_uri would redirect later fluent calls (pyfunc.load_model).
+        with _use_tracking_uri(tracking_uri):
+            df = mlflow.search_runs(experiment_ids=[exp.experiment_id],
+                                    filter_string="attributes.status = 'FINISHED'")
     return [r for r in (_record(row) for _, row in df.iterrows()) if r is not None]
 
 
@@ -62,23 +69,30 @@ def _record(row: Any) -> dict[str, Any] | None:
 
     if get("tags.fedcore.role") == "parent" or get("tags.method") is None:
         return None  # parents and runs fedcore did not make carry no per-method results
-    summary = {c[len("metrics."):]: float(v) for c, v in row.items()
-               if c.startswith("metrics.") and get(c) is not None}
+    metrics = {c[len("metrics."):]: float(v) for c, v in row.items()
+               if c.startswith("metrics.") and get(c) is not None and not c.startswith("metrics.system/")}
+    # A metric's value in MLflow is its last point: what a run dir's summary calls `last/<name>`.
+    summary = {**metrics, **{f"last/{k}": v for k, v in metrics.items() if not k.startswith("final/")}}
+    params = {c[len("params."):]: str(v) for c, v in row.items() if c.startswith("params.") and get(c) is not None}
+    config = {k: v for k, v in params.items() if k == "seed" or k.startswith(CONFIG_SECTIONS)}
     setting = get("tags.setting") or get("tags.noise_type") or "default"
     return {"method": get("tags.method"), "setting": setting, "seed": get("params.seed"), "task": get("tags.task"),
-            "run_id": row["run_id"], "group": f"{get('tags.method')} · {setting}", "summary": summary}
+            "run_id": row["run_id"], "group": f"{get('tags.method')} · {setting}", "summary": summary,
+            "config": config or None}
 
 
 def compare_experiment(experiment: str, console: Console, uri: str | None = None,
                        out_dir: str | Path = "runs") -> Path:
     """Print the table of `experiment` and write its bar chart; returns the PNG path."""
-    from fedcore.reporting.compare import comparison_table, group_records, mean_std
+    from fedcore.reporting.compare import comparison_table, group_records, mean_std, merge_notes
     from fedcore.reporting.plots import compare_figure, save
 
     records = load_records(experiment, uri)
     if not records:
         raise UserError(f"MLflow experiment '{experiment}' has no finished fedcore runs yet")
     console.print(comparison_table(records, by="group", title=f"MLflow experiment '{experiment}'"))
+    for note in merge_notes(records, by="group"):
+        console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)
     groups = group_records(records, by="group")
     metric = plot_metric(records)
     stats = {g: mean_std([r["summary"].get(metric) for r in recs]) for g, recs in groups.items()}

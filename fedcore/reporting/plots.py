@@ -68,6 +68,37 @@ def rate_scatter(true_rates: Sequence[float], est_rates: Sequence[float], title:
     return fig
 
 
+def rate_trajectories(rounds: dict[int, list[tuple[float, float]]], true_rates: dict[int, float],
+                      title: str = "") -> Figure:
+    """Every client's estimated noise rate across rounds against its true rate, in one figure.
+
+    rounds: client -> [(round, estimate), ...]; true_rates: client -> realized rate. Left:
+    estimates over rounds (solid) with each client's true rate (dashed, same colour), the
+    last estimate labelled with the client id. Right: last estimate vs truth, labelled.
+    """
+    cids = sorted(rounds)
+    cmap = plt.get_cmap("tab20" if len(cids) > 10 else "tab10")
+    fig, (ax, sc) = plt.subplots(1, 2, figsize=(11, 4.2), width_ratios=(2.2, 1), layout="constrained")
+    for i, c in enumerate(cids):
+        color = cmap(i % cmap.N)
+        xs, ys = zip(*rounds[c], strict=True)
+        ax.plot(xs, ys, color=color, marker=".", linewidth=1.2)
+        if c in true_rates:
+            ax.axhline(true_rates[c], color=color, linestyle="--", linewidth=0.8, alpha=0.7)
+            sc.scatter(true_rates[c], ys[-1], color=color)
+            sc.annotate(f"c{c}", (true_rates[c], ys[-1]), xytext=(3, 3), textcoords="offset points", fontsize=7)
+        ax.annotate(f"c{c}", (xs[-1], ys[-1]), xytext=(4, 0), textcoords="offset points", fontsize=7,
+                    color=color, va="center")
+    ax.set(xlabel="round", ylabel="noise rate", ylim=(-0.02, 1.02),
+           title="estimated (solid) vs true (dashed) noise rate per client")
+    sc.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+    sc.set(xlabel="true (realized) noise rate", ylabel="last estimate", xlim=(-0.02, 1.02), ylim=(-0.02, 1.02),
+           title="last estimate vs truth")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
 def confusion_figure(matrix: Sequence[Sequence[int]], class_names: Sequence[str] | None = None) -> Figure:
     """Row-normalised confusion matrix (rows: true class), counts annotated when small."""
     m = np.asarray(matrix, dtype=float)
@@ -90,7 +121,9 @@ def confusion_figure(matrix: Sequence[Sequence[int]], class_names: Sequence[str]
 def curves_figure(history: Sequence[dict[str, Any]], title: str = "", task: str = "single") -> Figure:
     """Accuracy (mAP for multi-label `task`) and losses per round; dotted lines mark stage changes."""
     present = [(k, label) for k, label in curves_for(task) if any(_finite(r.get(k)) for r in history)]
-    fig, axes = plt.subplots(1, max(len(present), 1), figsize=(4 * max(len(present), 1), 3), squeeze=False)
+    # constrained layout keeps the figure title above the panel titles instead of on them
+    fig, axes = plt.subplots(1, max(len(present), 1), figsize=(4 * max(len(present), 1), 3.3), squeeze=False,
+                             layout="constrained")
     boundaries = [r["round"] for prev, r in zip(history, history[1:], strict=False) if prev["stage"] != r["stage"]]
     for ax, (key, label) in zip(axes[0], present, strict=False):
         pts = [(r["round"], r[key]) for r in history if _finite(r.get(key))]

@@ -6,11 +6,13 @@ Nothing here imports mlflow: the helpers are shared by every backend and by test
 from __future__ import annotations
 
 import functools
+import getpass
 import json
 import math
 import os
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
 MAX_PARAM_VALUE_LENGTH = 6000
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 NOISE_SHORT = {"symmetric": "sym", "pairflip": "pair", "asymmetric": "asym"}
+# MLflow 3's UI opens an experiment by its kind; without one it guesses GenAI and shows traces.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
 
 
 class RunStack:
@@ -93,7 +98,36 @@ class Tracker(Protocol):
 
     def log_state_dict(self, state_dict: dict[str, Any], artifact_path: str) -> None: ...
 
+    def log_model(self, model: Any, example: Any, name: str = "model", step: int = 0) -> str | None:
+        """Log a torch module as an MLflow model (signature and input example from `example`,
+        linked to the metrics at `step`); returns its model id (None when nothing is recorded)."""
+        ...
+
+    def log_dataset(self, dataset: DatasetInfo) -> None:
+        """Record the run's input dataset (MLflow's Datasets panel)."""
+        ...
+
+    def start_system_metrics(self, interval_s: float) -> None:
+        """Sample CPU, memory, disk, network (and GPU where present) into the open run until it ends."""
+        ...
+
+    def stop_system_metrics(self) -> None: ...
+
     def end(self, status: str = "FINISHED") -> None: ...
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a run's Datasets panel shows about its FederatedDataset: no MLflow types, so
+    every backend can take it. digest: at most 36 characters (MLflow's limit)."""
+
+    name: str
+    digest: str
+    source: str
+    source_type: str
+    schema: dict[str, Any]
+    profile: dict[str, Any]
+    context: str = "train"
 
 
 # -- input checks shared by the backends ---------------------------------------------------
@@ -162,8 +196,12 @@ def flatten_config(cfg: ExperimentConfig) -> dict[str, str]:
     between the stage that creates a run and the stages that resume it, which MLflow would
     reject as a changed param.
     """
-    data = cfg.to_dict()
-    data.pop("tracking", None)
+    return flatten_dict(cfg.to_dict())
+
+
+def flatten_dict(data: dict[str, Any]) -> dict[str, str]:
+    """A config dict as MLflow params: dotted keys, string values, the tracking section left out."""
+    data = {k: v for k, v in data.items() if k != "tracking"}
     out: dict[str, str] = {}
     _flatten("", data, out)
     return out
@@ -233,6 +271,26 @@ def _git_head() -> str | None:
 def git_commit() -> str:
     """FEDCORE_GIT_COMMIT (set when building images without .git), else `git rev-parse HEAD`."""
     return os.environ.get("FEDCORE_GIT_COMMIT") or _git_head() or "unknown"
+
+
+def user() -> str:
+    """Who started the run (MLflow's `mlflow.user`, shown as "Created by")."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container uid without a passwd entry
+        return "unknown"
+
+
+def source_tags(source: str, source_type: str = "LOCAL") -> dict[str, str]:
+    """The tags MLflow's UI shows as Source, Created by and Git commit.
+
+    source_type: MLflow's kinds, LOCAL for a command on this machine, JOB for a pipeline task.
+    """
+    tags = {"mlflow.source.name": source, "mlflow.source.type": source_type, "mlflow.user": user()}
+    commit = git_commit()
+    if commit != "unknown":
+        tags["mlflow.source.git.commit"] = commit
+    return tags
 
 
 def run_params(cfg: ExperimentConfig, data_sha256: str | None) -> dict[str, str]:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import logging
+import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedcore.engine.callbacks import Callback
 from fedcore.errors import TrackingError
-from fedcore.tracking.base import check_metrics, run_name_for, run_params, split_finite, standard_tags
+from fedcore.tracking.base import (
+    check_metrics,
+    run_name_for,
+    run_params,
+    source_tags,
+    split_finite,
+    standard_tags,
+)
 from fedcore.tracking.resilient import attach
 
 if TYPE_CHECKING:
@@ -18,14 +27,29 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 ROOT_OUTPUTS = ("history.csv", "metrics.json")
 REPORT_PATTERNS = ("*.png", "*.json")
+STATE_DICT_PATH = "state_dict"  # the raw weights; the MLflow model itself is the run's LoggedModel "model"
+# The loop's round counter is every metric's step; as a metric of its own it only adds a chart.
+NOT_METRICS = ("round",)
+# The summary's `last/<name>` values repeat each series' last point, which MLflow already
+# shows as the metric's value; logged again they would double every chart.
+REPEATED_PREFIX = "last/"
+
+
+def command_line() -> str:
+    """The command this process runs, as MLflow's Source (e.g. `fedcore run configs/x.yaml`)."""
+    return shlex.join(["fedcore", *sys.argv[1:]])[:500]
 
 
 class TrackingCallback(Callback):
     """Logs one engine run to `tracker`.
 
     keep_open: leave the run RUNNING at the end, for pipeline stage components whose
-    successor resumes it by id (cfg.tracking.run_id); the last stage passes False.
-    Call `fail()` when the run dies so it ends FAILED instead of staying RUNNING.
+    successor resumes it by id (cfg.tracking.run_id); the last stage passes False and
+    logs the MLflow model. Call `fail()` when the run dies so it ends FAILED instead of
+    staying RUNNING. source: MLflow's Source of a run this callback creates (default: the
+    command line). tags: added to the run's tags (e.g. the pipeline task working on it).
+    data_source: where the dataset came from, for its Datasets entry (default: the path
+    `fedcore.run` loaded it from; a pipeline task passes the artifact's URI).
     """
 
     def __init__(
@@ -34,12 +58,19 @@ class TrackingCallback(Callback):
         cfg: ExperimentConfig,
         data_sha256: str | None = None,
         keep_open: bool = False,
+        source: str | None = None,
+        tags: dict[str, str] | None = None,
+        data_source: str | None = None,
     ) -> None:
         self.tracker = tracker
         self.cfg = cfg
         self.data_sha256 = data_sha256
         self.keep_open = keep_open
+        self.source = source
+        self.tags = dict(tags or {})
+        self.data_source = data_source
         self.run_id: str | None = None
+        self._info: dict[str, Any] = {}
         self._open = False  # run ids alone cannot tell: NullTracker gives every run the same id
         self._last_round = 0
         self._stage: str | None = None
@@ -54,22 +85,35 @@ class TrackingCallback(Callback):
         t = self.cfg.tracking
         # Inside an open (parent) run with nothing configured, become its child: the local sweep case.
         nested = t.run_id is None and t.parent_run_id is None and self.tracker.run_id is not None
+        # A resumed run keeps the Source it was created with (a pipeline's child keeps its parent's).
+        tags = {**standard_tags(self.cfg), **self.tags}
+        if not t.run_id:
+            tags = {**source_tags(self.source or command_line()), **tags}
         self.run_id = self.tracker.start(
             t.run_name or run_name_for(self.cfg),
-            standard_tags(self.cfg),
+            tags,
             parent_run_id=t.parent_run_id,
             run_id=t.run_id,
             nested=nested,
         )
         self._open = True
+        self._info = info
         self._log_params(info.get("executor"))
         self.tracker.log_dict(self.cfg.to_dict(), "config.yaml")
+        if info.get("fed") is not None:
+            from fedcore.tracking.inputs import dataset_info
+
+            source = self.data_source or info.get("data_source")
+            self.tracker.log_dataset(dataset_info(info["fed"], self.cfg, source))
+        if t.system_metrics_every > 0:
+            self.tracker.start_system_metrics(t.system_metrics_every)
 
     def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
         self._last_round = rnd
         if stage != self._stage:
             self._stage = stage
             self.tracker.set_tags({"stage": stage})
+        metrics = {k: v for k, v in metrics.items() if k not in NOT_METRICS}
         finite, bad = split_finite(check_metrics(metrics, rnd))
         if finite:
             self.tracker.log_metrics(finite, step=rnd)
@@ -82,14 +126,19 @@ class TrackingCallback(Callback):
             self.tracker.log_artifact(checkpoint, f"checkpoints/{stage}")
 
     def on_run_end(self, summary: dict[str, float], out_dir: Path) -> None:
+        summary = {k: v for k, v in summary.items() if not k.startswith(REPEATED_PREFIX)}
         finite, bad = split_finite(check_metrics(summary, self._last_round))
         if finite:
             self.tracker.log_metrics(finite, step=self._last_round)
         if bad:
             self._record_nonfinite("summary", self._last_round, bad)
         self._log_outputs(Path(out_dir))
-        self.tracker.flush(leave_open=self.keep_open)  # the uploads waited for the local outputs
         if not self.keep_open:
+            self._log_served_model()
+        self.tracker.flush(leave_open=self.keep_open)  # the uploads waited for the local outputs
+        if self.keep_open:
+            self.tracker.stop_system_metrics()
+        else:
             self._end("FINISHED")
 
     def on_failure(self, error: BaseException) -> None:
@@ -164,6 +213,28 @@ class TrackingCallback(Callback):
             log.warning("model.pt is not a plain state_dict (%s); uploading the raw file", exc)
             state = None
         if isinstance(state, dict):
-            self.tracker.log_state_dict(state, "model")
+            self.tracker.log_state_dict(state, STATE_DICT_PATH)
         else:
-            self.tracker.log_artifact(path, "model")
+            self.tracker.log_artifact(path, STATE_DICT_PATH)
+
+    def _log_served_model(self) -> None:
+        """The final model as an MLflow model that `mlflow.pyfunc.load_model` serves.
+
+        Export can fail for architectures torch.export cannot trace; the run then keeps its
+        state_dict and says why it has no model, rather than failing after training.
+        """
+        model, fed = self._info.get("final_model"), self._info.get("fed")
+        if model is None or fed is None:
+            return
+        from fedcore.tracking.inputs import describe, input_example, served
+
+        try:
+            model_id = self.tracker.log_model(served(model, fed), input_example(fed), step=self._last_round)
+        except TrackingError:
+            raise
+        except Exception as exc:  # torch.export's failures have no common base class
+            log.warning("run %s: could not log the MLflow model: %s", self.run_id, exc)
+            self.tracker.set_tags(describe(None, exc))
+            return
+        if model_id:
+            self.tracker.set_tags(describe(model_id))

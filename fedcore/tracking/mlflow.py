@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedcore.errors import TrackingError
-from fedcore.tracking.base import RunStack, check_metrics, check_status, check_str_map
+from fedcore.tracking.base import (
+    EXPERIMENT_KIND_TAG,
+    TRAINING_KIND,
+    RunStack,
+    check_metrics,
+    check_status,
+    check_str_map,
+)
+from fedcore.tracking.mlflow_records import RecordsMixin
 from fedcore.tracking.transport import FIX_HINT, Transport
 
 T = TypeVar("T")
@@ -102,7 +110,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class MlflowTracker(RunStack):
+class MlflowTracker(RecordsMixin, RunStack):
     """Tracker over an MLflow store: a server (http/https), a database, or the embedded sqlite file.
 
     uri None means MLFLOW_TRACKING_URI or, failing that, `<base_dir>/mlruns/mlflow.db` with
@@ -143,7 +151,8 @@ class MlflowTracker(RunStack):
         exp = self.client.get_experiment_by_name(name)
         if exp is None:
             try:
-                return self.client.create_experiment(name, artifact_location=self.artifact_root)
+                return self.client.create_experiment(name, artifact_location=self.artifact_root,
+                                                     tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
             except MlflowException as exc:
                 # A sibling stage component may have created it between our two calls.
                 if exc.error_code != "RESOURCE_ALREADY_EXISTS":
@@ -160,6 +169,8 @@ class MlflowTracker(RunStack):
                 f"MLflow experiment '{name}' is deleted; restore it with `mlflow experiments restore "
                 f"--experiment-id {exp.experiment_id}` or set another tracking.experiment"
             )
+        if EXPERIMENT_KIND_TAG not in exp.tags:  # made before fedcore tagged its experiments
+            self.client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         return exp.experiment_id
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -218,6 +229,7 @@ class MlflowTracker(RunStack):
     def end(self, status: str = "FINISHED") -> None:
         check_status(status)
         rid = self._active()
+        self.stop_system_metrics()
         self._call("set_terminated", self.client.set_terminated, rid, status=status)
         self._stack.pop()
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedcore.tracking.base import RunStack, check_metrics, check_status, check_str_map
+from fedcore.tracking.base import DatasetInfo, RunStack, check_metrics, check_status, check_str_map
 
 NULL_RUN_ID = "null"
 
@@ -74,6 +74,23 @@ class NullTracker(RunStack):
         self._active()
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
+
+    def log_model(self, model: Any, example: Any, name: str = "model", step: int = 0) -> str | None:
+        self._active()
+        if not callable(model):
+            raise TypeError(f"model must be a torch module, got {type(model).__name__}")
+        return None
+
+    def log_dataset(self, dataset: DatasetInfo) -> None:
+        self._active()
+        if not isinstance(dataset, DatasetInfo):
+            raise TypeError(f"dataset must be a DatasetInfo, got {type(dataset).__name__}")
+
+    def start_system_metrics(self, interval_s: float) -> None:
+        self._active()
+
+    def stop_system_metrics(self) -> None:
+        self._active()
 
     def end(self, status: str = "FINISHED") -> None:
         check_status(status)

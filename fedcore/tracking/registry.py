@@ -1,4 +1,7 @@
-"""MLflow model registry: register a run's state_dict, find and move the `champion` alias.
+"""MLflow model registry: register a run's logged model, find and move the `champion` alias.
+
+A version's source is the run's LoggedModel (`models:/<model id>`), so
+`mlflow.pyfunc.load_model("models:/NAME@champion")` loads and predicts.
 
 Only the calls the retrain pipeline needs; the decision itself is pure
 (`fedcore.pipeline.retrain.decide`) and lives outside this module.
@@ -17,7 +20,8 @@ from fedcore.errors import TrackingError
 from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, _env, _one_line, resolve_uri
 
 CHAMPION = "champion"
-MODEL_PATH = "model"  # where TrackingCallback logs the final state_dict of a run
+MODEL_NAME = "model"  # the LoggedModel TrackingCallback logs at the end of a run
+STATE_DICT_PATHS = ("state_dict", "model")  # where runs keep their raw weights (now, before models were logged)
 
 
 @dataclass(frozen=True)
@@ -59,18 +63,32 @@ class ModelRegistry:
             raise TrackingError(f"MLflow registry lookup of {name}@{CHAMPION} failed: {_one_line(exc)}") from None
         return Version(name, str(mv.version), mv.run_id or "")
 
+    def logged_model(self, run_id: str) -> str:
+        """The id of the model run `run_id` logged last (its final model)."""
+        run = self._call("get_run", self.client.get_run, run_id)
+        outputs = run.outputs.model_outputs if run.outputs else []
+        ids = [o.model_id for o in sorted(outputs, key=lambda o: o.step)]
+        named = [m for m in ids if self._call("get_logged_model", self.client.get_logged_model, m).name == MODEL_NAME]
+        if not named:
+            raise TrackingError(f"MLflow run {run_id} has no logged model '{MODEL_NAME}' to register; "
+                                "its last stage did not finish, or it predates model logging: re-run it")
+        return named[-1]
+
     def register(self, name: str, run_id: str, tags: dict[str, str] | None = None) -> Version:
-        """A new version of `name` from run `run_id`'s logged state_dict."""
+        """A new version of `name` from the model run `run_id` logged."""
         from mlflow.exceptions import MlflowException
 
+        model_id = self.logged_model(run_id)
         try:
             self.client.create_registered_model(name)
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise TrackingError(f"MLflow cannot create registered model {name}: {_one_line(exc)}") from None
-        source = f"runs:/{run_id}/{MODEL_PATH}"
-        mv = self._call("create_model_version", self.client.create_model_version, name, source, run_id=run_id,
-                        tags=tags or {})
+        from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+        with _use_tracking_uri(self.uri):  # MLflow resolves a models:/ source through the fluent URI
+            mv = self._call("create_model_version", self.client.create_model_version, name, f"models:/{model_id}",
+                            run_id=run_id, tags=tags or {}, model_id=model_id)
         return Version(name, str(mv.version), run_id)
 
     def promote(self, version: Version) -> None:
@@ -81,11 +99,15 @@ class ModelRegistry:
             self._call("set tag", self.client.set_model_version_tag, version.name, version.version, key, value)
 
     def state_dict(self, run_id: str) -> dict[str, Any]:
-        """The state_dict a run logged under `model/`."""
+        """The raw state_dict a run logged (under `state_dict/`; `model/` for runs before model logging)."""
         import mlflow.pytorch
 
+        names = {a.path for a in self._call("list_artifacts", self.client.list_artifacts, run_id)}
+        path = next((p for p in STATE_DICT_PATHS if p in names), None)
+        if path is None:
+            raise TrackingError(f"MLflow run {run_id} has no state_dict artifact; it did not finish")
         with tempfile.TemporaryDirectory(prefix="fedcore-champion-") as tmp:
-            local = self._call("download", self.client.download_artifacts, run_id, MODEL_PATH, tmp)
+            local = self._call("download", self.client.download_artifacts, run_id, path, tmp)
             # A file from the store: rebuilt as tensors only, never as code.
             return mlflow.pytorch.load_state_dict(local, map_location="cpu", weights_only=True)
 

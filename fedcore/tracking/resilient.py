@@ -182,6 +182,24 @@ class ResilientTracker:
         torch.save(state_dict, path)
         self._deliver({"op": "state_dict", "path": self.journal.rel(path), "artifact_path": artifact_path})
 
+    # -- best effort: calls that carry live objects cannot wait in the journal -----------------
+
+    def log_model(self, model: Any, example: Any, name: str = "model", step: int = 0) -> str | None:
+        # The served model is rebuilt from model.pt by nothing later, so an outage skips it
+        # (the state_dict upload, journaled, still reaches the run).
+        return self._best_effort(f"served model '{name}'", lambda: self.inner.log_model(model, example, name, step))
+
+    def log_dataset(self, dataset: Any) -> None:
+        self._best_effort("dataset input", lambda: self.inner.log_dataset(dataset))
+
+    def _best_effort(self, what: str, call: Any) -> Any:
+        try:
+            return call()
+        except TrackingUnavailable as err:
+            self._degrade(err)
+            log.warning("tracking: the run's %s was not logged: MLflow was unreachable", what)
+            return None
+
     # -- delivery -----------------------------------------------------------------------------
 
     def _deliver(self, op: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from kfp import dsl
 from mlflow import MlflowClient
 
 from components import champion, compare, evaluate, latest_snapshot, prepare_data, run_stage, start_tracking
-from fedcore.pipeline.plan import config_text
+from fedcore.pipeline.plan import config_input
 from fedcore.registries import config_from_dict
 from pipelines.runner import run_local
 
@@ -44,23 +44,27 @@ def test_every_component_under_kfp_local(tmp_path):
     newest = tmp_path / "snapshots" / "2024-02-01"
     newest.mkdir()
     cfg = config_from_dict(tiny_config(tmp_path, experiment="components"))
-    text, h = config_text(cfg), cfg.config_hash()
-    run = {"config_yaml": text, "overrides": "[]", "config_hash": h}
+    inputs = {"config": config_input(cfg), "overrides": []}
+    settings = [{"setting": "tiny", "overrides": []}]
 
     @dsl.pipeline(name="every-component")
     def every_component() -> str:
-        track = start_tracking(config_yaml=text, pipeline="components").outputs["tracking"]
-        with dsl.ParallelFor(["tiny"]) as setting:
+        track = start_tracking(**inputs, pipeline="components", job_id="job-1", methods=["fedavg"],
+                               settings=settings).outputs["tracking"]
+        with dsl.ParallelFor(settings) as setting:
             snap = latest_snapshot(prefix=str(tmp_path / "snapshots")).outputs["Output"]
-            prep = prepare_data(config_yaml=text, overrides="[]", data_hash=cfg.data_hash(), data_root=snap)
+            prep = prepare_data(**inputs, setting=setting, data_root=snap)
             data = prep.outputs["dataset"]
-            stage = run_stage(stage="train", dataset=data, tracking=track, setting=setting, data_root=snap, **run)
+            run = {**inputs, "setting": setting, "methods": ["fedavg"], "seeds": [0], "slot": 0, "slots": 1,
+                   "data_root": snap}
+            stage = run_stage(stage="train", stages=["train"], label="fedavg-train", dataset=data, tracking=track,
+                              **run)
             ckpt, rid = stage.outputs["checkpoint"], stage.outputs["Output"]
             ev = evaluate(dataset=data, run=ckpt, report=prep.outputs["report"], tracking=track, run_id=rid,
-                          setting=setting, data_root=snap, **run)
-            champion(model_name="tiny-model", dataset=data, run=ckpt, tracking=track, run_id=rid, data_root=snap,
-                     **run).after(ev)
-        return compare(config_yaml=text, rows=dsl.Collected(ev.outputs["Output"]), tracking=track,
+                          label="fedavg-evaluate", **run)
+            champion(**inputs, model_name="tiny-model", dataset=data, run=ckpt, tracking=track, run_id=rid,
+                     data_root=snap).after(ev)
+        return compare(**inputs, rows=dsl.Collected(ev.outputs["Output"]), tracking=track,
                        title="tiny").outputs["Output"]
 
     result = run_local(every_component, tmp_path / "root", echo=False)
@@ -86,4 +90,5 @@ def test_every_component_under_kfp_local(tmp_path):
     assert child.data.params["data.root"] == str(newest)  # trained on the newest snapshot
     assert child.data.tags["setting"] == "tiny" and child.data.tags["retrain.decision"] == "promoted"
     assert client.get_model_version_by_alias("tiny-model", "champion").run_id == record["run_id"]
+    assert parent.data.tags["kfp.run_id"] == "job-1" and child.data.tags["kfp.task"] == "fedavg-evaluate"
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "summary")] >= ["summary/compare.json"]

@@ -165,6 +165,9 @@ def test_short_run_reports_the_promised_metrics(fed, tmp_path):
     cfg = digits_cfg(rounds=4, warmup=2)
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"local_memorization": True})})
     res = run_experiment(cfg, tmp_path, data=fed)
+    warm = res.history[:2]
+    assert [h["stage"] for h in res.history] == ["warmup"] * 2 + ["train"] * 2  # warm-up: a task of its own
+    assert all("noise/rate_pearson" not in h for h in warm)
     for h in res.history[2:]:
         for key in ("noise/rate_pearson", "noise/rate_mae", "detect/sample_f1", "detect/sample_label_nmi",
                     "refine/tier_high_share", "refine/tier_high_clients", "refine/cache_coverage",
@@ -176,6 +179,28 @@ def test_short_run_reports_the_promised_metrics(fed, tmp_path):
         assert sum(k.startswith("train/local_memorization/client_") for k in h) == 6
         assert h["fedgr/gmm_mu_clean"] < h["fedgr/gmm_mu_noisy"]
     assert isinstance(res.state, ServerState) and set(res.state.extra["sieve"]) == set(range(6))
+
+
+def test_warmup_and_train_as_two_processes_match_one_run(fed, tmp_path):
+    """warmup -> train resumed from the warm-up's checkpoint (the pipeline's two tasks) give
+    the history and weights of one in-process run."""
+    cfg = digits_cfg(rounds=4, warmup=2)
+    assert [s.name for s in build_method(cfg).stages] == ["warmup", "train"]
+    whole = run_experiment(cfg, tmp_path / "whole", data=fed)
+    run_experiment(cfg, tmp_path / "warmup", data=fed, stages=["warmup"])
+    part = run_experiment(cfg, tmp_path / "train", data=fed, resume=tmp_path / "warmup", stages=["train"])
+    assert part.history == whole.history
+    a, b = (torch.load(d / "model.pt") for d in (tmp_path / "train", tmp_path / "whole"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_stage_budgets_follow_the_warmup_length():
+    # never under one pass (6 clients, all every round: one round), so every client is sieved
+    assert [(s.name, s.rounds) for s in build_method(digits_cfg(rounds=4, warmup_rounds=0)).stages] == \
+        [("warmup", 1), ("train", 3)]
+    assert [(s.name, s.rounds) for s in build_method(digits_cfg(rounds=4, warmup=3)).stages] == \
+        [("warmup", 3), ("train", 1)]
+    assert [(s.name, s.rounds) for s in build_method(digits_cfg(rounds=2, warmup=3)).stages] == [("warmup", 2)]
 
 
 @pytest.mark.parametrize("switch", ["sieving", "refine", "ema_distill", "rep_reg"])

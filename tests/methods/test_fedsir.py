@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from fedcore.data.build import build_federated_dataset
 from fedcore.errors import ConfigError
@@ -33,9 +34,9 @@ def run(tmp_path_factory):
 
 def test_identify_then_train_with_relabel_events(run):
     h = run.history
-    assert [r["stage"] for r in h] == ["identify", "train", "train", "train"]
+    assert [r["stage"] for r in h] == ["identify", "relabel", "train", "train"]
     assert [r["round"] for r in h if "detect/client_f1" in r] == [1.0]
-    # Relabel at the first train round and every relabel_every rounds after: rounds 2 and 4.
+    # Relabel in the relabel stage's round and every relabel_every rounds after: rounds 2 and 4.
     assert [r["round"] for r in h if "relabel/precision" in r] == [2.0, 4.0]
     for key in ("relabel/recall", "relabel/damage", "relabel/changed", "relabel/agree_rate"):
         assert all(key in r for r in h if "relabel/precision" in r)
@@ -59,6 +60,24 @@ def test_descriptors_kept_for_the_scatter_plot(run):
 def test_relabel_switch_off_sends_no_labels(fed, tmp_path):
     res = run_experiment(digits_cfg("fedsir", rounds=2, **FAST, relabel=False), tmp_path, data=fed)
     assert not any("relabel/precision" in r for r in res.history)
+    assert [r["stage"] for r in res.history] == ["identify", "train", "train"]  # no relabel stage
+
+
+def test_stages_run_one_process_each_as_in_the_pipeline_match_one_run(fed, tmp_path):
+    """identify -> relabel -> train as three processes resuming each other's checkpoints
+    (what the pipeline's tasks do) give the history and weights of one in-process run."""
+    cfg = digits_cfg("fedsir", rounds=4, **FAST)
+    stages = [s.name for s in fedsir.FedSIR(cfg, fedsir.FedSIRParams(**FAST)).stages]
+    assert stages == ["identify", "relabel", "train"]
+    whole = run_experiment(cfg, tmp_path / "whole", data=fed)
+    prev = None
+    for stage in stages:
+        part = run_experiment(cfg, tmp_path / stage, data=fed, resume=prev, stages=[stage])
+        prev = tmp_path / stage
+    assert part.history == whole.history
+    assert [r["round"] for r in part.history if "relabel/precision" in r] == [2.0, 4.0]
+    a, b = (torch.load(d / "model.pt") for d in (tmp_path / "train", tmp_path / "whole"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("gate", ["principal_only", "residual_only"])

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from google.protobuf import json_format
 
 from fedcore.cli import main
 from fedcore.deploy import env
+from pipelines.runner import load_specs
 from tests.pipelines.kfp_stub import KfpStub, start_stub
 
 QUICK = "configs/quickstart.yaml"
@@ -50,6 +52,28 @@ def test_submit_posts_the_compiled_spec_under_the_experiment(kfp_api, capsys):
     assert k8s["secretAsEnv"][0]["secretName"] == env.S3_SECRET
 
 
+def test_submit_passes_set_methods_and_seeds_as_run_time_inputs(kfp_api, tmp_path, capsys):
+    code, out, _ = _cli(["pipeline", "submit", "sweep", QUICK, "--host", kfp_api.url, "--set", "train.rounds=3",
+                         "--method", "fedavg", "--seed", "4", "--parallelism", "2"], capsys)
+    assert code == 0, out
+    (run,) = kfp_api.posted("/runs")
+    assert run["runtime_config"]["parameters"] == {"overrides": ["train.rounds=3"], "methods": ["fedavg"],
+                                                   "seeds": [4]}
+    loop = next(t for t in run["pipeline_spec"]["pipeline_spec"]["components"].values()
+                if "dag" in t and any("iteratorPolicy" in x for x in t["dag"]["tasks"].values()))
+    assert next(x for x in loop["dag"]["tasks"].values() if "iteratorPolicy" in x)["iteratorPolicy"] == \
+        {"parallelismLimit": 2}
+
+    package = tmp_path / "experiment.yaml"
+    assert _cli(["pipeline", "compile", "experiment", QUICK, "--out", str(package)], capsys)[0] == 0
+    code, out, _ = _cli(["pipeline", "submit", "experiment", "--package", str(package), "--host", kfp_api.url,
+                         "--set", "train.rounds=2"], capsys)
+    assert code == 0, out
+    sent = kfp_api.posted("/runs")[-1]
+    assert sent["runtime_config"]["parameters"] == {"overrides": ["train.rounds=2"]}  # the package as compiled
+    assert sent["pipeline_spec"]["pipeline_spec"] == json_format.MessageToDict(load_specs(package)[0])
+
+
 def test_schedule_creates_one_at_a_time_recurring_run_without_catchup(kfp_api, capsys):
     kfp_api.experiments["fedcore"] = "exp-9"  # an existing experiment is reused, not re-created
     code, out, _ = _cli(["pipeline", "schedule", "retrain", QUICK, "--host", kfp_api.url, "--cron", "0 0 2 * * *",
@@ -74,6 +98,9 @@ def test_schedule_creates_one_at_a_time_recurring_run_without_catchup(kfp_api, c
     (["pipeline", "submit", "experiment", QUICK, "--host", "localhost:8080"], "bad --host"),
     (["pipeline", "schedule", "retrain", QUICK, "--host", "http://x:1", "--cron", "0 2 * * *"], "6 fields"),
     (["pipeline", "run", "experiment", QUICK], "--local"),
+    (["pipeline", "run", "experiment", "--local", "--package", "missing.yaml"], "not found"),
+    (["pipeline", "run", "experiment", QUICK, "--local", "--package", QUICK], "drop the config argument"),
+    (["pipeline", "compile", "experiment", QUICK, "--resource", "memory_limit=1Mi"], "below"),
 ])
 def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
     code, _, err = _cli(argv, capsys)

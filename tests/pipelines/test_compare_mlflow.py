@@ -8,9 +8,9 @@ from fedcore.cli import main
 from fedcore.tracking.mlflow import MlflowTracker
 
 
-def _child(tracker, method, setting, seed, acc):
+def _child(tracker, method, setting, seed, acc, rounds=10):
     tracker.start(f"{method} · seed {seed}", {"method": method, "setting": setting, "fedcore.role": "child"})
-    tracker.log_params({"seed": seed})
+    tracker.log_params({"seed": seed, "train.rounds": rounds, "method.name": method, "git_commit": f"c{seed}"})
     tracker.log_metrics({"final/acc_last10": acc, "final/acc": acc + 0.01}, step=3)
     tracker.end()
 
@@ -42,3 +42,39 @@ def test_unknown_experiment_is_a_user_error(tmp_path, monkeypatch, capsys):
         main(["compare", "--experiment", "nope"])
     assert exc.value.code == 2
     assert "no MLflow experiment 'nope'" in capsys.readouterr().err
+
+
+def test_compare_experiment_never_averages_runs_of_different_configs(tmp_path, monkeypatch, capsys):
+    """A 30-round and a 10-round run of one method are two rows, each named by what differs."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    tracker = MlflowTracker(None, "mixed", str(tmp_path / "artifacts"))
+    _child(tracker, "fedavg", "noisy", 0, 0.80, rounds=30)
+    _child(tracker, "fedavg", "noisy", 1, 0.60, rounds=10)
+    _child(tracker, "fedavg", "noisy", 2, 0.70, rounds=10)
+
+    main(["compare", "--experiment", "mixed"])
+
+    out = capsys.readouterr().out
+    assert "fedavg · noisy [train.rounds=30]" in out and "fedavg · noisy [train.rounds=10]" in out
+    assert "0.650 ± 0.050" in out  # the two 10-round seeds; the 30-round run stands alone at 0.800
+    assert "they differ in train.rounds: 10 | 30" in out
+
+
+def test_compare_run_dirs_groups_by_config_not_by_method_name(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    for name, rounds, seed, acc in (("a", 30, 0, 0.8), ("b", 10, 0, 0.6), ("c", 10, 1, 0.7)):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "metrics.json").write_text(json.dumps({"method": "fedavg", "seed": seed,
+                                                      "summary": {"final/acc_last10": acc}}))
+        (run / "config.yaml").write_text(yaml.safe_dump({"method": {"name": "fedavg"}, "seed": seed,
+                                                         "train": {"rounds": rounds}}))
+
+    main(["compare", *(str(tmp_path / n) for n in "abc")])
+
+    out = capsys.readouterr().out
+    assert "fedavg [train.rounds=30]" in out and "fedavg [train.rounds=10]" in out and "0.650 ± 0.050" in out

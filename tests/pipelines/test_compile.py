@@ -7,6 +7,7 @@ import yaml
 from google.protobuf import json_format
 
 from fedcore.deploy import env
+from fedcore.pipeline.inputs import parse_config
 from fedcore.pipeline.plan import SweepSpec
 from fedcore.pipeline.resources import PipelineResources
 from fedcore.registries import config_from_dict
@@ -29,6 +30,12 @@ def _tasks(spec):
     """Every task of the root DAG and of nested DAGs (loop bodies), by display name."""
     dags = [spec.root.dag, *(c.dag for c in spec.components.values() if c.HasField("dag"))]
     return {t.task_info.name: t for dag in dags for t in dag.tasks.values()}
+
+
+def _ids(spec):
+    """Display name -> task id, over every DAG."""
+    dags = [spec.root.dag, *(c.dag for c in spec.components.values() if c.HasField("dag"))]
+    return {t.task_info.name: tid for dag in dags for tid, t in dag.tasks.items()}
 
 
 def _executor(spec, platform, task):
@@ -60,6 +67,7 @@ def test_training_stage_gets_accelerator_resources_placement_secret_and_retries(
     assert res["accelerator"]["resourceCount"] == "2"
     assert res["resourceCpuRequest"] == RES.stage_cpu_request
     assert res["resourceMemoryRequest"] == RES.stage_memory_request
+    assert (res["resourceCpuLimit"], res["resourceMemoryLimit"]) == (RES.stage_cpu_limit, RES.stage_memory_limit)
     assert k8s["nodeSelector"]["labels"] == {"pool": "a100"}
     assert k8s["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     secret = k8s["secretAsEnv"][0]
@@ -78,6 +86,8 @@ def test_light_tasks_stay_on_cpu_and_tracking_is_never_cached(tmp_path):
     container, k8s = _executor(spec, platform, tasks["prepare-data"])
 
     assert "accelerator" not in container["resources"]
+    assert container["resources"]["resourceCpuLimit"] == RES.cpu_limit
+    assert container["resources"]["resourceMemoryLimit"] == RES.memory_limit
     assert "nodeSelector" not in k8s and "tolerations" not in k8s
     assert k8s["secretAsEnv"][0]["secretName"] == env.S3_SECRET
     assert tasks["prepare-data"].caching_options.enable_cache
@@ -85,28 +95,93 @@ def test_light_tasks_stay_on_cpu_and_tracking_is_never_cached(tmp_path):
     assert not tasks["prepare-data"].HasField("retry_policy")
 
 
-def test_cache_keys_include_the_config_hash(tmp_path):
+def test_every_task_carries_cpu_and_memory_limits(tmp_path):
+    for name in ("experiment", "sweep", "retrain"):
+        _, spec, platform = _compile(name, tmp_path)
+        for task_name, task in _tasks(spec).items():
+            if not spec.components[task.component_ref.name].executor_label:
+                continue  # a DAG (loop body, exit-handler group), not a container
+            resources = dict(_executor(spec, platform, task)[0]["resources"])
+            assert resources.get("resourceCpuLimit") and resources.get("resourceMemoryLimit"), (name, task_name)
+
+
+def test_config_and_overrides_are_run_time_inputs_that_every_task_reads(tmp_path):
     cfg = config_from_dict(CFG)
-    _, spec, _ = _compile("experiment", tmp_path)
-    stage = _tasks(spec)["fedavg-train"]
-    assert stage.inputs.parameters["config_hash"].runtime_value.constant.string_value == cfg.config_hash()
-    assert stage.inputs.parameters["stage"].runtime_value.constant.string_value == "train"
+    _, spec, _ = _compile("experiment", tmp_path, overrides=("train.rounds=7",))
+    params = spec.root.input_definitions.parameters
+
+    assert set(params) == {"config", "overrides"}
+    assert parse_config(params["config"].default_value.string_value).config_hash() == cfg.config_hash()
+    assert [v.string_value for v in params["overrides"].default_value.list_value.values] == ["train.rounds=7"]
+    for name in ("prepare-data", "fedavg-train", "fedavg-evaluate", "start-tracking", "finish-tracking"):
+        inputs = _tasks(spec)[name].inputs.parameters
+        # From the pipeline's inputs, not constants: the cache keys follow what a run passes.
+        assert inputs["config"].component_input_parameter.endswith("config"), name
+        assert inputs["overrides"].component_input_parameter.endswith("overrides"), name
+
+
+def test_an_exit_handler_closes_the_tracking_whatever_happens(tmp_path):
+    for name in ("experiment", "sweep", "retrain"):
+        _, spec, _ = _compile(name, tmp_path)
+        root = spec.root.dag.tasks
+        (group,) = [t for t in root.values() if t.component_ref.name.startswith("comp-exit-handler")]
+        done = root["finish-tracking"]
+        assert done.trigger_policy.strategy == done.trigger_policy.TriggerStrategy.ALL_UPSTREAM_TASKS_COMPLETED
+        assert done.inputs.parameters["status"].task_final_status.producer_task == "exit-handler-1"
+        assert not done.caching_options.enable_cache
+        body = {t.task_info.name for t in spec.components[group.component_ref.name].dag.tasks.values()}
+        assert {"start-tracking"} <= body and set(root) == {"exit-handler-1", "finish-tracking"}, name
+
+
+def test_fedsir_stages_are_tasks_of_their_own_components_with_typed_outputs(tmp_path):
+    path = compile_pipeline(build_pipeline("experiment", config_from_dict({**CFG, "method": {"name": "fedsir"}}),
+                                           PipelineOptions(resources=RES)), tmp_path / "fedsir.yaml")
+    spec, _ = load_specs(path)
+    tasks, ids = _tasks(spec), _ids(spec)
+    order = ["fedsir-identify", "fedsir-relabel", "fedsir-train", "fedsir-evaluate"]
+
+    for before, after in zip(order, order[1:], strict=False):
+        assert ids[before] in tasks[after].dependent_tasks, (before, after)
+    components = {n: spec.components[tasks[n].component_ref.name] for n in order}
+    assert [c.executor_label for c in components.values()] == [
+        "exec-identify-stage", "exec-relabel-stage", "exec-run-stage", "exec-evaluate"]
+    outputs = {n: {k: a.artifact_type.schema_title for k, a in c.output_definitions.artifacts.items()}
+               for n, c in components.items()}
+    assert outputs["fedsir-identify"] == {"checkpoint": "system.Model", "metrics": "system.Metrics",
+                                          "verdicts": "system.Artifact"}
+    assert outputs["fedsir-relabel"] == {"checkpoint": "system.Model", "metrics": "system.Metrics",
+                                         "labels": "system.Dataset"}
+    assert outputs["fedsir-train"] == {"checkpoint": "system.Model", "metrics": "system.Metrics"}
+    stages = tasks["fedsir-train"].inputs.parameters["stages"].runtime_value.constant
+    assert [v.string_value for v in stages.list_value.values] == ["identify", "relabel", "train"]
+
+
+def test_sweep_takes_methods_seeds_and_settings_at_run_time(tmp_path):
+    spec_ = SweepSpec(methods=["fedavg", "fedprox"], seeds=[0, 1], settings={"noisy": [], "clean": ["noise.type=none"]})
+    _, spec, _ = _compile("sweep", tmp_path, sweep=spec_, parallelism=2)
+    params = spec.root.input_definitions.parameters
+
+    assert set(params) == {"config", "overrides", "methods", "seeds", "settings"}
+    assert [v.string_value for v in params["methods"].default_value.list_value.values] == ["fedavg", "fedprox"]
+    assert [v.number_value for v in params["seeds"].default_value.list_value.values] == [0, 1]
+    loop = next(t for t in _tasks(spec).values() if t.WhichOneof("iterator") == "parameter_iterator")
+    assert loop.parameter_iterator.items.input_parameter.endswith("settings")  # the loop runs over the input
+    assert loop.iterator_policy.parallelism_limit == 2
 
 
 def test_sweep_fans_out_with_parallel_for_and_in_with_collected(tmp_path):
     spec_ = SweepSpec(methods=["fedavg", "fedprox"], seeds=[0, 1], settings={"noisy": [], "clean": ["noise.type=none"]})
     _, spec, _ = _compile("sweep", tmp_path, sweep=spec_)
-    root = spec.root.dag.tasks
-    loop = next(t for t in root.values() if t.WhichOneof("iterator") == "parameter_iterator")
-    items = json_format.MessageToDict(loop)["parameterIterator"]["items"]["raw"]
+    settings = spec.root.input_definitions.parameters["settings"].default_value
+    tasks, ids = _tasks(spec), _ids(spec)
+    loop = next(t for t in tasks.values() if t.WhichOneof("iterator") == "parameter_iterator")
 
-    assert [i["setting"] for i in yaml.safe_load(items)] == ["noisy", "clean"]
+    assert [json_format.MessageToDict(v)["setting"] for v in settings.list_value.values] == ["noisy", "clean"]
     body = spec.components[loop.component_ref.name].dag.tasks
     names = {t.task_info.name for t in body.values()}
     assert {"fedavg-s0-train", "fedavg-s1-train", "fedprox-s0-train", "fedprox-s1-evaluate", "prepare-data"} <= names
-    compare = next(t for t in root.values() if t.task_info.name == "compare")
-    rows = compare.inputs.parameters["rows"]
-    assert rows.task_output_parameter.producer_task == next(k for k, t in root.items() if t is loop)
+    rows = tasks["compare"].inputs.parameters["rows"]
+    assert rows.task_output_parameter.producer_task == ids[loop.task_info.name]
 
 
 def test_retrain_runs_on_parameters_and_never_caches_the_decision(tmp_path):
@@ -118,5 +193,6 @@ def test_retrain_runs_on_parameters_and_never_caches_the_decision(tmp_path):
     assert params["model_name"].default_value.string_value == "digits-champ"
     assert not tasks["latest-snapshot"].caching_options.enable_cache
     assert not tasks["champion"].caching_options.enable_cache
-    ids = {tid: t.task_info.name for tid, t in spec.root.dag.tasks.items()}
-    assert {ids[d] for d in tasks["champion"].dependent_tasks} >= {"fedavg-evaluate", "fedavg-train", "latest-snapshot"}
+    names = {tid: name for name, tid in _ids(spec).items()}
+    assert {names[d] for d in tasks["champion"].dependent_tasks} >= {"fedavg-evaluate", "fedavg-train",
+                                                                     "latest-snapshot"}

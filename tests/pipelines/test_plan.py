@@ -1,56 +1,78 @@
-"""Compile-time planning: sweep runs, their hashes, and the task-config round trip."""
+"""Planning (the graph's shape) and run-time inputs (each task's config from the pipeline's inputs)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from fedcore.errors import ConfigError
-from fedcore.pipeline.plan import SweepSpec, config_text, load_run_config, load_sweep_spec, plan_sweep, shared_data
+from fedcore.pipeline.inputs import RunInputs, check_settings, check_stages, parse_config, resolve, slot_of
+from fedcore.pipeline.plan import SweepSpec, config_input, load_sweep_spec, plan_sweep, shared_data, stage_names
 from fedcore.pipeline.resources import PipelineResources
 from fedcore.registries import config_from_dict
 
 BASE = {"data": {"name": "digits"}, "partition": {"num_clients": 4}, "method": {"name": "fedprox", "params": {}},
         "noise": {"type": "symmetric"}, "seed": 3}
+SPEC = SweepSpec(methods=["fedavg", "fedprox"], seeds=[0, 1], settings={"noisy": [], "clean": ["noise.type=none"]})
 
 
-def test_sweep_shares_one_dataset_per_setting_and_hashes_every_run():
+def test_sweep_shares_one_dataset_per_setting_and_plans_every_slot():
     base = shared_data(config_from_dict(BASE))
-    spec = SweepSpec(methods=["fedavg", "fedprox"], seeds=[0, 1], settings={"noisy": [], "clean": ["noise.type=none"]})
 
-    plans = plan_sweep(base, spec)
+    plans = plan_sweep(base, SPEC)
 
     assert [p.name for p in plans] == ["noisy", "clean"]
     assert plans[0].data_hash != plans[1].data_hash
     for plan in plans:
         assert [(r.method, r.seed) for r in plan.runs] == [("fedavg", 0), ("fedavg", 1), ("fedprox", 0), ("fedprox", 1)]
-        for run in plan.runs:
-            cfg = load_run_config(config_text(base), json.dumps(run.overrides), run.config_hash)
-            assert (cfg.method.name, cfg.seed, cfg.data_hash()) == (run.method, run.seed, plan.data_hash)
-            assert run.stages == ("train",)
-    assert len({r.config_hash for p in plans for r in p.runs}) == 8
+        assert all(r.stages == (("train", ()),) for r in plan.runs)
+    assert plans[1].item() == {"setting": "clean", "overrides": ["noise.type=none"]}  # no `name`: kfp owns it
 
 
-def test_loop_item_holds_flat_string_fields_and_avoids_kfp_name():
-    spec = SweepSpec(methods=["fedavg"], settings={"clean": ["noise.type=none"]})
-    plan = plan_sweep(shared_data(config_from_dict(BASE)), spec)[0]
+def test_each_slot_resolves_its_run_at_run_time_on_its_settings_dataset():
+    cfg = config_from_dict(BASE)
+    plans = plan_sweep(shared_data(cfg), SPEC)
+    for plan in plans:
+        prep = resolve(RunInputs(config_input(cfg), setting=plan.item()))
+        for i, run in enumerate(plan.runs):
+            got = resolve(RunInputs(config_input(cfg), setting=plan.item(), methods=SPEC.methods, seeds=SPEC.seeds,
+                                    slot=i, slots=len(plan.runs)))
+            assert (got.method.name, got.seed) == (run.method, run.seed)
+            assert got.data_hash() == prep.data_hash() == plan.data_hash  # every seed shares the dataset
 
-    item = plan.item()
 
-    assert "name" not in item  # kfp loop channels own `.name`
-    assert item["setting"] == "clean"
-    assert json.loads(item["o0"]) == ["noise.type=none", "method.name=fedavg", "method.params={}", "seed=3"]
-    assert item["h0"] == plan.runs[0].config_hash
-    assert all(isinstance(v, str) for v in item.values())
+def test_run_time_overrides_change_the_run_without_a_recompile():
+    cfg = config_from_dict(BASE)
+    got = resolve(RunInputs(config_input(cfg), ["train.rounds=7"], {"setting": "s", "overrides": []},
+                            ["fedavg"], [5.0], 0, 1))  # Kubeflow may hand list numbers over as floats
+    assert (got.train.rounds, got.method.name, got.seed) == (7, "fedavg", 5)
+    assert resolve(RunInputs(config_input(cfg), ["train.rounds=7"])).config_hash() == \
+        config_from_dict(BASE, ["train.rounds=7"]).config_hash()
 
 
-def test_task_refuses_a_config_that_no_longer_matches_the_compiled_hash():
-    text = config_text(config_from_dict(BASE))
-    with pytest.raises(ConfigError, match="recompile"):
-        load_run_config(text, '["train.rounds=7"]', config_from_dict(BASE).config_hash())
-    with pytest.raises(ConfigError, match="recompile"):
-        load_run_config("{not yaml: [", "[]")
+def test_config_input_round_trips_every_preset_exactly():
+    from fedcore.registries import load_config
+
+    for name in ("quickstart", "fedsir_cifar10", "fedharmony_digits_mosaic"):
+        cfg = load_config(f"configs/{name}.yaml")
+        assert isinstance(config_input(cfg), str) and "\n" not in config_input(cfg)  # one line: kfp's header
+        assert parse_config(config_input(cfg)).config_hash() == cfg.config_hash(), name
+
+
+def test_run_time_inputs_that_change_the_graph_are_refused_with_what_to_do():
+    cfg = config_from_dict(BASE)
+    with pytest.raises(ConfigError, match="compiled for 4 runs per setting.*recompile"):
+        slot_of(["fedavg"], [0, 1, 2], 0, 4)
+    with pytest.raises(ConfigError, match="stages.*recompile"):
+        check_stages(config_from_dict({**BASE, "method": {"name": "fedsir"}}), stage_names(cfg))
+    check_stages(cfg, ["train"])
+    with pytest.raises(ConfigError, match="distinct"):
+        check_settings([{"setting": "a", "overrides": []}, {"setting": "a", "overrides": []}])
+    with pytest.raises(ConfigError, match="list of 'key=value'"):
+        resolve(RunInputs(config_input(cfg), setting={"setting": "a", "overrides": "noise.type=none"}))
+    with pytest.raises(ConfigError, match="JSON"):
+        parse_config("{not: [valid")
+    with pytest.raises(ConfigError, match="overrides"):
+        parse_config(config_input(cfg), "train.rounds=2")
 
 
 def test_sweep_spec_errors_are_user_errors(tmp_path):
@@ -73,9 +95,16 @@ def test_cli_values_override_the_sweep_file(tmp_path):
 
 def test_resources_from_cli_options():
     res = PipelineResources().with_cli(image="reg/img:2", gpu_type="amd.com/gpu", gpus=2,
-                                       node_selector=["pool=a100", "zone=b"])
+                                       node_selector=["pool=a100", "zone=b"], resource=["stage_memory_limit=32Gi"])
     assert (res.image, res.accelerator_type, res.accelerators) == ("reg/img:2", "amd.com/gpu", 2)
     assert res.node_selector == {"pool": "a100", "zone": "b"}
+    assert (res.stage_memory_limit, res.memory_limit) == ("32Gi", "4Gi")
+    with pytest.raises(ConfigError, match="below"):
+        PipelineResources().with_cli(resource=["cpu_limit=500m"])  # under the 1-CPU request
+    with pytest.raises(ConfigError, match="quantity"):
+        PipelineResources().with_cli(resource=["memory_limit=lots"])
+    with pytest.raises(ConfigError, match="choose one of"):
+        PipelineResources().with_cli(resource=["gpu_limit=1"])
     with pytest.raises(ConfigError, match="key=value"):
         PipelineResources().with_cli(node_selector=["novalue"])
     with pytest.raises(ConfigError, match="--gpus"):

@@ -8,9 +8,12 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from fedcore.data.federated import FederatedDataset
 from fedcore.errors import DataError
+from fedcore.models import build_model
 from fedcore.pipeline import ops
-from fedcore.pipeline.plan import config_text
+from fedcore.pipeline.inputs import RunInputs
+from fedcore.pipeline.plan import config_input
 from fedcore.pipeline.retrain import champion_decision, decide, latest_snapshot
 from fedcore.registries import config_from_dict
 from fedcore.tracking import make_tracker
@@ -38,13 +41,18 @@ def test_latest_snapshot_picks_the_greatest_name(tmp_path):
         latest_snapshot(str(tmp_path / "empty"))
 
 
-def _zero_run(cfg, trained_dir, out):
+def _zero_run(cfg, fed, trained_dir, out):
     """A logged run whose model is all zeros: it predicts one class, a sure loser on digits."""
     out.mkdir()
     sd = torch.load(trained_dir / "model.pt", weights_only=True)
-    torch.save({k: torch.zeros_like(v) for k, v in sd.items()}, out / "model.pt")
+    zeros = {k: torch.zeros_like(v) for k, v in sd.items()}
+    torch.save(zeros, out / "model.pt")
+    model = build_model(cfg.model, tuple(fed.x_train.shape[1:]), fed.num_classes)
+    model.load_state_dict(zeros)
     cb = TrackingCallback(make_tracker(cfg.tracking), cfg)
-    cb.on_run_start({"data_sha256": "0" * 64})
+    info = {"data_sha256": "0" * 64, "fed": fed}
+    cb.on_run_start(info)
+    info["final_model"] = model
     cb.on_run_end({}, out)
     return cb.run_id
 
@@ -54,11 +62,13 @@ def test_champion_moves_only_to_a_better_candidate(tmp_path):
     data["data"]["max_train"] = None
     data["train"].update(rounds=4, local_epochs=2)
     cfg = config_from_dict(data)
-    ops.prepare(config_text(cfg), "[]", cfg.data_hash(), tmp_path / "data", tmp_path / "report")
+    inp = RunInputs(config_input(cfg))
+    ops.prepare(inp, tmp_path / "data", tmp_path / "report")
     trained = tmp_path / "trained"
-    trained_run = ops.run_stage(cfg, "train", tmp_path / "data", None, trained)
-    weak_run = _zero_run(cfg, trained, tmp_path / "weak")
-    worse_run = _zero_run(cfg, trained, tmp_path / "worse")
+    _, trained_run = ops.run_stage(inp, "train", ["train"], tmp_path / "data", None, trained)
+    fed = FederatedDataset.load(tmp_path / "data")
+    weak_run = _zero_run(cfg, fed, trained, tmp_path / "weak")
+    worse_run = _zero_run(cfg, fed, trained, tmp_path / "worse")
 
     first = champion_decision(cfg, "digits-clf", weak_run, tmp_path / "data", tmp_path / "weak", tmp_path / "d1")
     better = champion_decision(cfg, "digits-clf", trained_run, tmp_path / "data", trained, tmp_path / "d2")

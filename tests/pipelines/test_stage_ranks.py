@@ -10,6 +10,8 @@ import torch
 
 from fedcore.data.build import build
 from fedcore.pipeline import ops
+from fedcore.pipeline.inputs import RunInputs
+from fedcore.pipeline.plan import stage_names
 from fedcore.registries import load_config
 
 CONFIG = "configs/fedrg_digits_sym_localized.yaml"  # pretrain -> train, personal absorption layer
@@ -28,9 +30,10 @@ def test_a_stage_on_two_processes_resumes_the_previous_stage_and_equals_one_proc
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cfg = load_config(CONFIG, TINY)
     data = build(cfg).save(tmp_path / "data")
-    ops.run_stage(cfg, "pretrain", data, None, tmp_path / "pretrain", nproc=1)
-    ops.run_stage(cfg, "train", data, tmp_path / "pretrain", tmp_path / "one", nproc=1)
-    ops.run_stage(cfg, "train", data, tmp_path / "pretrain", tmp_path / "two", nproc=2)
+    inp, stages = RunInputs(cfg.to_dict()), list(stage_names(cfg))
+    ops.run_stage(inp, "pretrain", stages, data, None, tmp_path / "pretrain", nproc=1)
+    ops.run_stage(inp, "train", stages, data, tmp_path / "pretrain", tmp_path / "one", nproc=1)
+    ops.run_stage(inp, "train", stages, data, tmp_path / "pretrain", tmp_path / "two", nproc=2)
     one, two = torch.load(tmp_path / "one" / "model.pt"), torch.load(tmp_path / "two" / "model.pt")
     assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
     m1 = json.loads((tmp_path / "one" / "metrics.json").read_text())

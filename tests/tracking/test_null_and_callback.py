@@ -27,6 +27,7 @@ class RecordingTracker(NullTracker):
         rid = super().start(run_name, tags, parent_run_id, run_id, nested)
         self._params[rid].update(self._known)
         self.calls.append(("start", run_name, parent_run_id, run_id, nested))
+        self.calls.append(("start_tags", dict(tags)))
         return rid
 
     def log_params(self, params):
@@ -48,6 +49,21 @@ class RecordingTracker(NullTracker):
     def log_state_dict(self, state_dict, artifact_path):
         super().log_state_dict(state_dict, artifact_path)
         self.calls.append(("state_dict", sorted(state_dict), artifact_path))
+
+    def log_model(self, model, example, name="model", step=0):
+        super().log_model(model, example, name, step)
+        with torch.no_grad():
+            out = model(torch.from_numpy(example))
+        self.calls.append(("model", name, step, tuple(out.shape), out.sum(1).tolist()))
+        return "m-1"
+
+    def log_dataset(self, dataset):
+        super().log_dataset(dataset)
+        self.calls.append(("dataset", dataset))
+
+    def start_system_metrics(self, interval_s):
+        super().start_system_metrics(interval_s)
+        self.calls.append(("system", interval_s))
 
     def end(self, status="FINISHED"):
         super().end(status)
@@ -112,16 +128,18 @@ def test_callback_logs_a_whole_run(tmp_path):
     _write_outputs(tmp_path)
 
     cb.on_run_start({"config": cfg, "out_dir": tmp_path, "stages": ["train"], "resumed": False})
-    cb.after_round(1, "train", {"test/acc": 0.5, "train/loss": 1.0})
-    cb.after_round(2, "train", {"test/acc": 0.6, "train/loss": 0.9})
+    cb.after_round(1, "train", {"round": 1.0, "test/acc": 0.5, "train/loss": 1.0})
+    cb.after_round(2, "train", {"round": 2.0, "test/acc": 0.6, "train/loss": 0.9})
     cb.on_stage_end("train", 2, ckpt)
-    cb.on_run_end({"final/acc": 0.6}, tmp_path)
+    cb.on_run_end({"final/acc": 0.6, "last/test/acc": 0.6}, tmp_path)
 
     assert tracker.of("start") == [("fedgr · sym 0.4 · seed 0", None, None, False)]
     assert tracker.of("params") == [(run_params(cfg, "ab" * 32),)]
-    assert [c[0] for c in tracker.of("metrics")] == [1, 2, 2]
-    assert tracker.of("metrics")[-1] == (2, {"final/acc": 0.6})
-    assert tracker.of("state_dict") == [(["w"], "model")]
+    # `round` is the step and `last/*` repeats each series' last point: neither is a metric.
+    assert tracker.of("metrics") == [(1, {"test/acc": 0.5, "train/loss": 1.0}),
+                                     (2, {"test/acc": 0.6, "train/loss": 0.9}), (2, {"final/acc": 0.6})]
+    assert tracker.of("state_dict") == [(["w"], "state_dict")]
+    assert tracker.of("system") == [(cfg.tracking.system_metrics_every,)]
     assert tracker.of("artifact") == [
         ("stage-train.pt", "checkpoints/train"),
         ("history.csv", None),
@@ -177,3 +195,44 @@ def test_callback_nests_under_an_open_parent_and_fail_marks_only_its_run():
     assert ({"error": "loss exploded"},) in tracker.of("tags")
     assert tracker.of("end") == [("FAILED",)]
     assert tracker.run_id == parent
+
+
+def test_callback_tags_the_source_only_on_runs_it_creates(tmp_path):
+    fresh, resumed = RecordingTracker(), RecordingTracker()
+    TrackingCallback(fresh, make_cfg(), source="fedcore run x.yaml").on_run_start({})
+    TrackingCallback(resumed, make_cfg(run_id="run-1"), source="ignored").on_run_start({})
+
+    ((created,),), ((continued,),) = fresh.of("start_tags"), resumed.of("start_tags")
+    assert created["mlflow.source.name"] == "fedcore run x.yaml"
+    assert created["mlflow.source.type"] == "LOCAL" and created["mlflow.user"]
+    assert created["method"] == "fedgr"
+    # A resumed run (a later pipeline stage) keeps the Source it was created with.
+    assert not any(k.startswith("mlflow.") for k in continued) and continued["method"] == "fedgr"
+
+
+def test_callback_logs_the_dataset_and_a_served_model(tmp_path):
+    from fedcore.data.build import build_federated_dataset
+    from fedcore.models import build_model
+
+    cfg = ExperimentConfig.model_validate({"data": {"name": "digits", "max_train": 200},
+                                           "partition": {"kind": "iid", "num_clients": 2},
+                                           "tracking": {"backend": "mlflow", "system_metrics_every": 0}})
+    fed = build_federated_dataset(cfg)
+    model = build_model(cfg.model, tuple(fed.x_train.shape[1:]), fed.num_classes)
+    tracker = RecordingTracker()
+    cb = TrackingCallback(tracker, cfg)
+    info = {"fed": fed, "data_source": "s3://bucket/fed/"}
+    cb.on_run_start(info)
+    cb.after_round(3, "train", {"test/acc": 0.1})
+    info["final_model"] = model
+    cb.on_run_end({}, tmp_path)
+
+    ((ds,),) = tracker.of("dataset")
+    assert (ds.source, ds.source_type, ds.context) == ("s3://bucket/fed/", "s3", "train")
+    assert ds.profile["num_clients"] == 2 and ds.profile["num_rows"] == 200
+    assert ds.schema["features"]["shape"] == [-1, *fed.x_train.shape[1:]]
+    ((name, step, shape, sums),) = tracker.of("model")
+    assert (name, step, shape) == ("model", 3, (4, fed.num_classes))
+    assert sums == pytest.approx([1.0] * 4)  # the served model outputs class probabilities
+    assert ({"model.id": "m-1", "model.uri": "models:/m-1"},) in tracker.of("tags")
+    assert tracker.of("system") == []  # system_metrics_every: 0
