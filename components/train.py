@@ -27,12 +27,7 @@ def run_stage(
     from fedcore.pipeline.inputs import RunInputs
 
     inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
-    summary, meta, rid = ops.stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
-                                        checkpoint.path, tracking.path, run_id)
-    for key, value in summary.items():
-        metrics.log_metric(key, value)
-    checkpoint.metadata.update(meta)
-    return rid
+    return ops.stage_component(inp, stage, stages, label, dataset, previous, checkpoint, metrics, tracking, run_id)
 
 
 @fedcore_component
@@ -47,13 +42,8 @@ def identify_stage(
     from fedcore.pipeline.inputs import RunInputs
 
     inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
-    summary, meta, rid = ops.stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
-                                        checkpoint.path, tracking.path, run_id)
-    for key, value in summary.items():
-        metrics.log_metric(key, value)
-    verdicts.metadata.update(ops.stage_outputs(checkpoint.path, verdicts=verdicts.path))
-    checkpoint.metadata.update(meta)
-    return rid
+    return ops.stage_component(inp, stage, stages, label, dataset, previous, checkpoint, metrics, tracking, run_id,
+                               verdicts=verdicts)
 
 
 @fedcore_component
@@ -68,13 +58,8 @@ def relabel_stage(
     from fedcore.pipeline.inputs import RunInputs
 
     inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
-    summary, meta, rid = ops.stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
-                                        checkpoint.path, tracking.path, run_id)
-    for key, value in summary.items():
-        metrics.log_metric(key, value)
-    labels.metadata.update(ops.stage_outputs(checkpoint.path, labels=labels.path))
-    checkpoint.metadata.update(meta)
-    return rid
+    return ops.stage_component(inp, stage, stages, label, dataset, previous, checkpoint, metrics, tracking, run_id,
+                               labels=labels)
 
 
 @fedcore_component
@@ -89,11 +74,5 @@ def identify_relabel_stage(
     from fedcore.pipeline.inputs import RunInputs
 
     inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
-    summary, meta, rid = ops.stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
-                                        checkpoint.path, tracking.path, run_id)
-    for key, value in summary.items():
-        metrics.log_metric(key, value)
-    verdicts.metadata.update(ops.stage_outputs(checkpoint.path, verdicts=verdicts.path))
-    labels.metadata.update(ops.stage_outputs(checkpoint.path, labels=labels.path))
-    checkpoint.metadata.update(meta)
-    return rid
+    return ops.stage_component(inp, stage, stages, label, dataset, previous, checkpoint, metrics, tracking, run_id,
+                               verdicts=verdicts, labels=labels)

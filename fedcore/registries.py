@@ -54,10 +54,27 @@ def _check_stage_rounds(cfg: ExperimentConfig) -> None:
     probe = cfg.model_copy(update={"train": cfg.train.model_copy(
         update={"stage_rounds": {k: max(v, 1) for k, v in cfg.train.stage_rounds.items()}})})
     names = [s.name for s in build_method(probe).stages]
-    for key in cfg.train.stage_rounds:
-        if key not in names:
+    foreign = [k for k in cfg.train.stage_rounds if k not in names]
+    # A stage of another method (or of this one with other params, e.g. FedRG without SSL) is
+    # inert here, so one preset serves every method and ablation; only names no method has are typos.
+    known = _stage_names_of_every_method(probe) if foreign else set()
+    for key in foreign:
+        if key not in known:
             raise ConfigError(f"invalid config at 'train.stage_rounds.{key}': method '{cfg.method.name}' has no "
                               f"stage '{key}'; its stages are {names}")
+
+
+def _stage_names_of_every_method(cfg: ExperimentConfig) -> set[str]:
+    from fedcore.methods.registry import available_methods, build_method
+
+    out: set[str] = set()
+    for name in available_methods():
+        other = cfg.model_copy(update={"method": cfg.method.model_copy(update={"name": name, "params": {}})})
+        try:
+            out.update(s.name for s in build_method(other).stages)
+        except ConfigError:
+            continue
+    return out
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -153,3 +153,12 @@ def test_config_methods_cli_lists_methods_and_rejects_unknown_ones(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["config", "methods", "bogus"])
     assert exc.value.code == 2 and "unknown method 'bogus'" in capsys.readouterr().err
+
+
+def test_a_stage_budget_of_another_method_is_inert_but_a_typo_is_refused():
+    # One FedRG preset serves the baselines and the no-SSL ablation: 'pretrain' is FedRG's stage.
+    for overrides in (["method.name=fedavg", "method.params={}"], ["method.params.ssl_pretrain=false"]):
+        cfg = load_config("configs/fmnist/fedrg_sym_localized.yaml", overrides)
+        assert cfg.train.stage_rounds == {"pretrain": 10}
+    with pytest.raises(ConfigError, match="method 'fedavg' has no stage 'pretrian'"):
+        load_config("configs/quickstart.yaml", ["train.stage_rounds.pretrian=3"])

@@ -12,7 +12,7 @@ from fedcore.run import run_experiment
 from tests.methods.test_fedrg import digits_cfg
 from tests.test_result_scripts import load_script
 
-BASE = ["-s", "method.name=fedavg", "-s", "method.params={}"]
+BASE = ["-s", "method.name=fedavg", "-s", "method.params={}", "-s", "train.stage_rounds={}"]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,8 @@ def bench_root(tmp_path_factory):
     cfg = digits_cfg(pretrain=1, rounds=2, train={"loss_probe": True})
     fed = build_federated_dataset(cfg)
     fed.save(root / "fedrg_sym_localized" / "data-s0")
-    avg_cfg = config_from_dict(cfg.to_dict(), ["method.name=fedavg", "method.params={}", "train.rounds=3"])
+    avg_cfg = config_from_dict(cfg.to_dict(), ["method.name=fedavg", "method.params={}", "train.stage_rounds={}",
+                                               "train.rounds=3"])
     avg = run_experiment(avg_cfg, root / "fedrg_sym_localized" / "fedavg" / "s0", data=fed)
     rg = run_experiment(cfg, root / "fedrg_sym_localized" / "fedrg" / "s0", data=fed)
     return root, fed, avg, rg

@@ -54,8 +54,8 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 variant_args() {
   case $1 in
-    fedavg) echo "-s method.name=fedavg -s method.params={}" ;;
-    sce) echo "-s method.name=symmetric_ce -s method.params={}" ;;
+    fedavg) echo "-s method.name=fedavg -s method.params={} -s train.stage_rounds={}" ;;
+    sce) echo "-s method.name=symmetric_ce -s method.params={} -s train.stage_rounds={}" ;;
     fedrg) echo "" ;;
     no_ssl) echo "-s method.params.ssl_pretrain=false" ;;
     t_off) echo "-s method.params.absorption=off" ;;

@@ -58,7 +58,7 @@ def pad(cfg_path: str, total: int, overrides: list[str]) -> str:
 
 def pads(cfg_path: str, rows: list[str]) -> list[str]:
     """One `pad` per row of overrides (one import of fedcore for all), against the baselines' total."""
-    total = total_rounds(cfg_path, ["method.name=fedavg", "method.params={}"])[0]
+    total = total_rounds(cfg_path, ["method.name=fedavg", "method.params={}", "train.stage_rounds={}"])[0]
     return [pad(cfg_path, total, _sets(shlex.split(row))) for row in rows]
 
 
@@ -69,7 +69,7 @@ def _sets(argv: list[str]) -> list[str]:
 # -- tables -------------------------------------------------------------------------------------
 def load(run: Path) -> dict:
     summ = json.loads((run / "metrics.json").read_text())["summary"]
-    hist = [r for r in csv.DictReader((run / "history.csv").open()) if r["stage"] == "train"]
+    hist = [r for r in csv.DictReader((run / "history.csv").open()) if r.get("stage", "train") == "train"]
     for key in (f"{GEOM}_f1", f"{SMALL}_f1", f"{PROBE}_f1"):
         vals = [float(r[key]) for r in hist if r.get(key)]
         summ[f"mean/{key}"] = float(np.mean(vals)) if vals else None

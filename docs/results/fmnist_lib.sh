@@ -18,7 +18,8 @@ JOBS=${JOBS:-1}
 PY=${PY:-.venv/bin/python}
 EXTRA=${EXTRA:-}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
-# The baselines of every doc's Fashion-MNIST table (method.params={}: drop the preset method's params).
+# The baselines of every doc's Fashion-MNIST table (method.params={} and train.stage_rounds={}: drop
+# the preset method's params and stage budgets, which other methods refuse).
 FM_BASELINES=(fedavg fedprox symmetric_ce coteaching fednoro fedcorr dividemix)
 
 fm_resume() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
@@ -54,8 +55,8 @@ fm_queue() {  # preset row args... : one run per seed; command.txt records the r
 
 fm_baselines() {  # preset: every baseline plus FedAvg on clean labels (the ceiling)
   local m
-  for m in "${FM_BASELINES[@]}"; do fm_queue "$1" "$m" -s method.name=$m "-s method.params={}" -s train.loss_probe=true; done
-  fm_queue "$1" fedavg-clean -s method.name=fedavg "-s method.params={}"
+  for m in "${FM_BASELINES[@]}"; do fm_queue "$1" "$m" -s method.name=$m "-s method.params={}" "-s train.stage_rounds={}" -s train.loss_probe=true; done
+  fm_queue "$1" fedavg-clean -s method.name=fedavg "-s method.params={}" "-s train.stage_rounds={}"
 }
 
 fm_go() {  # run what was queued, then print the tables of the given presets

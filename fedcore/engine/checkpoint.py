@@ -41,7 +41,7 @@ MAGIC = b"FEDCORE-CHECKPOINT\n"
 LEGACY_FORMAT = 1  # torch.save file + `<name>.sha256` sidecar; still read
 
 # What weights_only may rebuild beyond tensors and plain containers: numpy arrays and scalars,
-# which method state holds (FedCorr's LID scores, FedRG's noise matrices). Rebuilding an array
+# which method state holds (per-sample scores, per-client noise matrices). Rebuilding an array
 # runs no user code; object arrays would still need their element classes allowed, and are not.
 _NUMPY_DTYPES = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
                  np.float16, np.float32, np.float64, np.complex64, np.complex128)

@@ -162,6 +162,24 @@ def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep
     return md
 
 
+def stage_component(inp: RunInputs, stage: str, stages: list[str], label: str, dataset: Any, previous: Any,
+                    checkpoint: Any, metrics: Any, tracking: Any, run_id: str, verdicts: Any = None,
+                    labels: Any = None) -> str:
+    """A stage component's whole body, on its kfp artifacts: run the stage, log its summary to
+    `metrics`, publish the verdicts and labels the component yields, tag the checkpoint; returns
+    the run id."""
+    summary, meta, rid = stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
+                                    checkpoint.path, tracking.path, run_id)
+    for key, value in summary.items():
+        metrics.log_metric(key, value)
+    if verdicts is not None:
+        verdicts.metadata.update(stage_outputs(checkpoint.path, verdicts=verdicts.path))
+    if labels is not None:
+        labels.metadata.update(stage_outputs(checkpoint.path, labels=labels.path))
+    checkpoint.metadata.update(meta)
+    return rid
+
+
 def stage_task(inp: RunInputs, stage: str, stages: list[str], label: str, dataset: Any, previous: str | None,
                checkpoint: str, tracking: str, run_id: str) -> tuple[dict[str, float], dict[str, Any], str]:
     """What every stage component does: run the stage into `checkpoint` (artifact paths in;

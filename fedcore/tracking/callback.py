@@ -133,12 +133,11 @@ class TrackingCallback(Callback):
         if bad:
             self._record_nonfinite("summary", self._last_round, bad)
         self._log_outputs(Path(out_dir))
-        if not self.keep_open:
-            self._log_served_model()
         self.tracker.flush(leave_open=self.keep_open)  # the uploads waited for the local outputs
         if self.keep_open:
             self.tracker.stop_system_metrics()
         else:
+            self._log_served_model()
             self._end("FINISHED")
 
     def on_failure(self, error: BaseException) -> None:

@@ -27,7 +27,7 @@ from fedcore.tracking.base import (
     check_str_map,
 )
 from fedcore.tracking.mlflow_records import RecordsMixin
-from fedcore.tracking.transport import FIX_HINT, Transport
+from fedcore.tracking.transport import FIX_HINT, Transport, temp_env
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -56,20 +56,6 @@ def resolve_uri(uri: str | None, base_dir: str | Path | None = None) -> tuple[st
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"], None
     return embedded_store(base_dir if base_dir is not None else Path.cwd())
-
-
-@contextlib.contextmanager
-def _env(overrides: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in overrides}
-    os.environ.update(overrides)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 def _one_line(exc: BaseException, limit: int = 240) -> str:
@@ -129,7 +115,7 @@ class MlflowTracker(RecordsMixin, RunStack):
         self.artifact_root = artifact_location or default_artifacts
         super().__init__()
         self._params: dict[str, dict[str, str]] = {}
-        with _env(CONNECT_ENV), _quiet_store_setup():
+        with temp_env(CONNECT_ENV), _quiet_store_setup():
             try:
                 from mlflow import MlflowClient
 

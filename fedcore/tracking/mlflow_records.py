@@ -125,4 +125,7 @@ class RecordsMixin:
     def stop_system_metrics(self) -> None:
         mon = self.__dict__.get("_monitors", {}).pop(self._active(), None)
         if mon is not None:
-            mon.close()
+            try:
+                mon.close()
+            except Exception as exc:  # samples are best effort: a down server must not fail the run's end
+                log.warning("tracking: last system-metrics samples lost: %s", str(exc)[:200])

@@ -193,11 +193,16 @@ class ResilientTracker:
         self._best_effort("dataset input", lambda: self.inner.log_dataset(dataset))
 
     def _best_effort(self, what: str, call: Any) -> Any:
+        if self._warned:  # an endpoint is down: a try would only spend the budget the run's end needs
+            log.warning("tracking: the run's %s was not logged (tracking is degraded); `fedcore tracking sync` "
+                        "does not replay it", what)
+            return None
         try:
             return call()
         except TrackingUnavailable as err:
-            self._degrade(err)
-            log.warning("tracking: the run's %s was not logged: MLflow was unreachable", what)
+            # Not `_degrade`: that warning names the outage once, and it has (or the journal's end will).
+            log.warning("tracking: the run's %s was not logged (%s); `fedcore tracking sync` does not replay it",
+                        what, f"{err.endpoint.kind} at {err.endpoint.url} unreachable")
             return None
 
     # -- delivery -----------------------------------------------------------------------------

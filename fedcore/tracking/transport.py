@@ -95,12 +95,10 @@ def _is_boto(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def _call_env(timeout: float) -> Iterator[None]:
-    """No inner MLflow retries, and a timeout within the budget unless the user set one."""
-    defaults = {**_DEFAULT_ENV, "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(max(5.0, min(timeout, 30.0))))}
-    changes = {**{k: v for k, v in defaults.items() if k not in os.environ}, **_FORCED_ENV}
-    saved = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
+def temp_env(overrides: dict[str, str]) -> Iterator[None]:
+    """`overrides` in os.environ for the block; the old values (or their absence) after it."""
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
     try:
         yield
     finally:
@@ -109,6 +107,12 @@ def _call_env(timeout: float) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
+
+
+def _call_env(timeout: float) -> contextlib.AbstractContextManager[None]:
+    """No inner MLflow retries, and a timeout within the budget unless the user set one."""
+    defaults = {**_DEFAULT_ENV, "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(max(5.0, min(timeout, 30.0))))}
+    return temp_env({**{k: v for k, v in defaults.items() if k not in os.environ}, **_FORCED_ENV})
 
 
 class Transport:
