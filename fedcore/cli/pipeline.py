@@ -217,7 +217,9 @@ def mlflow_hint(cfg: Any) -> str:
     from fedcore.tracking.mlflow import MlflowTracker
 
     tracker = MlflowTracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_location)
-    return tracker.ui_command() or f"{tracker.uri} (experiment '{cfg.tracking.experiment}')"
+    where = tracker.ui_command() or f"{tracker.uri} (experiment '{cfg.tracking.experiment}')"
+    # MLflow 3's UI opens on its GenAI pages whatever the experiment's tag says (docs/pipelines.md).
+    return f"{where}; in the UI choose 'Model training', or add ?workflowType=machine_learning to the URL"
 
 
 def _package(name: str, base: Any, args: dict[str, Any], tmp: str) -> Path:

@@ -41,10 +41,11 @@ def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]
     """One record per finished child run: method, setting, seed, run id and its final metrics."""
     import mlflow
 
-    from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, _env, resolve_uri
+    from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, resolve_uri
+    from fedcore.tracking.transport import temp_env
 
     tracking_uri, _ = resolve_uri(uri, Path.cwd())
-    with _env(CONNECT_ENV):
+    with temp_env(CONNECT_ENV):
         try:
             client = mlflow.MlflowClient(tracking_uri=tracking_uri)
             exp = client.get_experiment_by_name(experiment)

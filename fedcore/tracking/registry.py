@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from fedcore.errors import TrackingError
-from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, _env, _one_line, resolve_uri
+from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, _one_line, resolve_uri
+from fedcore.tracking.transport import temp_env
 
 CHAMPION = "champion"
 MODEL_NAME = "model"  # the LoggedModel TrackingCallback logs at the end of a run
@@ -34,7 +35,7 @@ class Version:
 class ModelRegistry:
     def __init__(self, uri: str | None, base_dir: str | Path | None = None) -> None:
         self.uri, _ = resolve_uri(uri, base_dir)
-        with _env(CONNECT_ENV):
+        with temp_env(CONNECT_ENV):
             try:
                 from mlflow import MlflowClient
 

@@ -248,3 +248,11 @@ def test_unreachable_s3_artifact_store_is_a_one_line_tracking_error(store_dir, m
     assert "MLFLOW_S3_ENDPOINT_URL" in text and "\n" not in text
     run = client_for(tracker).get_run(cb.run_id)
     assert run.info.status == "FAILED" and run.data.tags["error"].startswith("MLflow upload of config.yaml")
+
+
+def test_the_cli_hint_opens_the_store_on_mlflows_model_training_pages(tmp_path):
+    from fedcore.cli.pipeline import mlflow_hint
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    hint = mlflow_hint(ExperimentConfig.model_validate({"tracking": {"uri": uri}}))
+    assert hint.startswith(f"mlflow ui --backend-store-uri {uri}") and "workflowType=machine_learning" in hint
