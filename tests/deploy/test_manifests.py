@@ -175,3 +175,17 @@ def test_network_policies_close_the_namespace_and_open_only_the_paths_needed(ren
 def test_every_container_image_is_one_of_the_pinned_stack_images(rendered):
     images = {c["image"] for objs in rendered.values() for o in objs for c in containers(o)}
     assert images == {env.DEFAULT_IMAGE, env.MLFLOW_IMAGE, "postgres:16.10-alpine", "chrislusf/seaweedfs:4.00"}
+
+
+@pytest.mark.parametrize("overlay", deploy.OVERLAYS)
+def test_the_runner_may_submit_and_watch_trainjobs_in_its_namespace_only(rendered, overlay):
+    from fedcore.pipeline.trainjob import API_VERSION
+    from fedcore.pipeline.trainjob_stage import PLURAL
+
+    objects = rendered[overlay]
+    role = find(objects, "Role", env.PIPELINE_SERVICE_ACCOUNT)
+    assert role["metadata"]["namespace"] == env.K8S_NAMESPACE  # a Role, not a ClusterRole
+    rules = [r for r in role["rules"] if r["apiGroups"] == [API_VERSION.split("/")[0]]]
+    assert rules == [{"apiGroups": ["trainer.kubeflow.org"], "resources": [PLURAL],
+                      "verbs": ["create", "get", "watch", "delete"]}]
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
