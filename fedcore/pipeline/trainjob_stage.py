@@ -10,7 +10,8 @@ A stage task compiled with `resources.workers > 1` does not train itself. It
 3. polls the TrainJob's conditions until `Complete` (then downloads `out/` into the task's
    checkpoint artifact, so the next task sees the same run dir as a one-pod stage writes) or
    `Failed` / the timeout (then `TrainJobFailed`, one line naming the job and the `kubectl`
-   command that shows why; a timed-out job is deleted so it frees its nodes).
+   command that shows why). A timed-out job, and the job of a task that is stopped (SIGTERM,
+   Ctrl-C), is deleted so it frees its nodes.
 
 The Kubernetes API is injected (`api`: anything with CustomObjectsApi's
 create/get/delete_namespaced_custom_object), so all of this runs in tests against a fake.
@@ -143,6 +144,7 @@ def run_on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], res: PipelineRe
     """Run the stage `spec` (ranks.py's fields, with local data_dir/resume) as a TrainJob of
     `res.workers` nodes and download its run dir into `out_dir`; returns the job's name."""
     from fedcore.io import download_dir, write_bytes
+    from fedcore.run import terminate_as_interrupt
 
     if api is None:
         api, namespace = in_cluster_api()
@@ -167,6 +169,12 @@ def run_on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], res: PipelineRe
                              "(docs/deploy.md, 'Multi-node stages')?") from None
     print(f"TrainJob {namespace}/{name}: {res.workers} nodes x {max(res.accelerators, 1)} ranks, "
           f"run dir to {prefix}/out", flush=True)
-    wait_for(api, namespace, name, res.trainjob_timeout_s, **wait)
+    with terminate_as_interrupt():
+        try:
+            wait_for(api, namespace, name, res.trainjob_timeout_s, **wait)
+        except KeyboardInterrupt:
+            # A stopped task (Ctrl-C, SIGTERM from a cancelled run) must not leave its nodes training.
+            api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            raise
     download_dir(f"{prefix}/out", out_dir)
     return name

@@ -163,13 +163,24 @@ def test_a_trainjob_stage_collects_the_run_dir_rank_0_uploaded(pretrained, s3_bu
     assert (tmp / "local" / "history.csv").read_text() == (tmp_path / "out" / "history.csv").read_text()
 
 
-def test_a_failed_trainjob_fails_the_stage_and_a_refused_create_says_why(pretrained, s3_bucket, tmp_path):
+def test_failed_stopped_and_refused_trainjobs(pretrained, s3_bucket, tmp_path):
+    """A failed job fails the stage in one line, a stopped task deletes its job, a refused create says why."""
     inp, stages, data, tmp = pretrained
     res = PipelineResources(workers=2, accelerators=0, trainjob_prefix=f"s3://{s3_bucket}/tj").model_dump(
         mode="json", exclude_none=True)
     with pytest.raises(TrainJobFailed, match=r"^TrainJob team-a/fc-fedrg-train-[0-9a-f]{8} failed: jobset"):
         ops.run_stage(inp, "train", stages, data, tmp / "pretrain", tmp_path / "a", label="fedrg-train",
                       trainjob=res, api=FakeApi([FAILED]), namespace="team-a", poll_s=0.0, log=lambda _: None)
+
+    class Stopped(FakeApi):  # the task's pod gets SIGTERM (the run was cancelled) while it waits
+        def get_namespaced_custom_object(self, *args, **kwargs):
+            raise KeyboardInterrupt
+
+    stopped = Stopped([])
+    with pytest.raises(KeyboardInterrupt):
+        ops.run_stage(inp, "train", stages, data, tmp / "pretrain", tmp_path / "c", label="fedrg-train",
+                      trainjob=res, api=stopped, namespace="team-a")
+    assert stopped.deleted == [stopped.created[0][1]["metadata"]["name"]]
 
     class Forbidden(FakeApi):
         def create_namespaced_custom_object(self, *args, **kwargs):
