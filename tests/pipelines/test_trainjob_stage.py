@@ -45,10 +45,21 @@ class FakeApi:
     def get_namespaced_custom_object(self, group, version, namespace, plural, name):
         assert name == self.created[-1][1]["metadata"]["name"] if self.created else True
         self.gets += 1
-        return self.statuses[min(self.gets - 1, len(self.statuses) - 1)]
+        answer = self.statuses[min(self.gets - 1, len(self.statuses) - 1)]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name):
         self.deleted.append(name)
+
+
+class ApiError(Exception):
+    """What kubernetes.client.ApiException carries: an HTTP status, a reason, a JSON body."""
+
+    def __init__(self, status, reason, message=""):
+        super().__init__(reason)
+        self.status, self.reason, self.body = status, reason, json.dumps({"message": message})
 
 
 class Clock:
@@ -99,6 +110,17 @@ def test_a_job_past_the_timeout_is_deleted_and_reported():
                                              r"resources.trainjob_timeout_s"):
         _wait(api, timeout=100.0, poll=30.0)
     assert api.deleted == ["fc-job"] and api.gets == 5  # at 0, 30, 60, 90 and 100 s
+
+
+def test_an_unreachable_api_is_polled_again_and_a_deleted_job_is_reported():
+    out, lines, _ = _wait(FakeApi([ApiError(503, "Service Unavailable", "etcd leader changed"), COMPLETE]))
+    assert out is COMPLETE
+    assert lines[0] == "TrainJob fc-job: status unavailable (Service Unavailable (503): etcd leader changed); " \
+                       "polling again"
+    with pytest.raises(TrainJobFailed, match=r"^TrainJob ns/fc-job is gone \(deleted while the stage waited"):
+        _wait(FakeApi([RUNNING, ApiError(404, "Not Found")]))
+    with pytest.raises(TypeError):  # a bug is not an API failure: it stays loud
+        _wait(FakeApi([TypeError("bad argument")]))
 
 
 def test_job_names_are_fresh_rfc1035_labels():
@@ -184,10 +206,10 @@ def test_failed_stopped_and_refused_trainjobs(pretrained, s3_bucket, tmp_path):
 
     class Forbidden(FakeApi):
         def create_namespaced_custom_object(self, *args, **kwargs):
-            err = RuntimeError("forbidden")
-            err.status, err.reason = 403, "Forbidden"
-            raise err
+            raise ApiError(403, "Forbidden", 'trainjobs.trainer.kubeflow.org is forbidden: User '
+                           '"system:serviceaccount:team-a:default" cannot create resource "trainjobs"')
 
-    with pytest.raises(TrainJobFailed, match=r"cannot create TrainJob .*: Forbidden \(403\); is Kubeflow Trainer"):
+    with pytest.raises(TrainJobFailed, match=r"cannot create TrainJob team-a/fc-fedrg-train-\w+: Forbidden \(403\): "
+                                             r"trainjobs.trainer.kubeflow.org is forbidden: .*; is Kubeflow Trainer"):
         ops.run_stage(inp, "train", stages, data, tmp / "pretrain", tmp_path / "b", label="fedrg-train",
                       trainjob=res, api=Forbidden([]), namespace="team-a")
