@@ -24,13 +24,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fedcore.deploy.env import CLIENT_POD_LABEL
+from fedcore.deploy.env import CLIENT_POD_LABEL, TRAINJOB_POD_LABEL
 from fedcore.pipeline.resources import CONFIG_MAP_KEYS, SECRET_KEYS, PipelineResources
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 RUNTIME = "torch-distributed"  # ClusterTrainingRuntime installed with Kubeflow Trainer
 SCHEMA = Path(__file__).resolve().parents[1] / "deploy" / "schemas" / "trainjob.v1alpha1.json"
 PATCH_MANAGER = "fedcore.io/pipeline"
+# The dataset-cache PVC is ReadWriteOnce and cannot follow pods onto several nodes, so a
+# TrainJob's pods stage s3:// datasets into their own scratch space (the image keeps /tmp writable).
+NODE_CACHE = "/tmp/fedcore-cache"
 
 
 def trainjob_manifest(name: str, run_args: Sequence[str], res: PipelineResources, nodes: int,
@@ -55,8 +58,9 @@ def build_trainjob(name: str, module: str, args: Sequence[str], res: PipelineRes
     """`torchrun -m module args` on `nodes` nodes, `max(res.accelerators, 1)` ranks each.
 
     Every node gets the stage's CPU/memory requests, its GPUs, the S3 keys and the client
-    settings as env vars, and (through a runtime patch) the pod label the NetworkPolicies
-    admit, the service account, and the GPU node selector and tolerations.
+    settings as env vars (FEDCORE_CACHE: a scratch folder, see NODE_CACHE), and (through a
+    runtime patch) the pod labels the NetworkPolicies admit (MLflow and S3; one rank from
+    another), the service account, and the GPU node selector and tolerations.
     """
     gpus = res.accelerators
     resources: dict[str, Any] = {"requests": {"cpu": res.stage_cpu_request, "memory": res.stage_memory_request}}
@@ -64,14 +68,15 @@ def build_trainjob(name: str, module: str, args: Sequence[str], res: PipelineRes
         resources["limits"] = {res.accelerator_type: gpus}
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": res.secret, "key": k}}} for k in SECRET_KEYS]
     env += [{"name": k, "valueFrom": {"configMapKeyRef": {"name": res.config_map, "key": k, "optional": True}}}
-            for k in CONFIG_MAP_KEYS]
+            for k in CONFIG_MAP_KEYS if k != "FEDCORE_CACHE"]
+    env.append({"name": "FEDCORE_CACHE", "value": NODE_CACHE})
     pod: dict[str, Any] = {"serviceAccountName": res.service_account}
     if gpus:
         pod["nodeSelector"] = dict(res.node_selector)
         pod["tolerations"] = [t.model_dump(exclude_none=True) for t in res.tolerations]
     patch = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"spec": {"template": {
-            "metadata": {"labels": dict([CLIENT_POD_LABEL])}, "spec": pod}}}}]}}}}
+            "metadata": {"labels": dict([CLIENT_POD_LABEL, TRAINJOB_POD_LABEL])}, "spec": pod}}}}]}}}}
     return {
         "apiVersion": API_VERSION,
         "kind": "TrainJob",
