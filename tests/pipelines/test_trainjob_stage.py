@@ -43,7 +43,7 @@ class FakeApi:
         return body
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name):
-        assert name == self.created[-1][1]["metadata"]["name"] if self.created else True
+        assert name == self.created[-1][1]["metadata"]["name"]  # polls the job it created
         self.gets += 1
         answer = self.statuses[min(self.gets - 1, len(self.statuses) - 1)]
         if isinstance(answer, BaseException):
