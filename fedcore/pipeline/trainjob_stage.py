@@ -80,7 +80,8 @@ def job_state(obj: Mapping[str, Any]) -> tuple[str | None, str]:
     """("Complete" | "Failed" | None, message) from a TrainJob's status conditions."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
-            return cond["type"], cond.get("message") or cond.get("reason") or ""
+            # Condition messages may span lines; the error that quotes one must not.
+            return cond["type"], " ".join((cond.get("message") or cond.get("reason") or "").split())
     return None, ""
 
 
@@ -98,7 +99,7 @@ def describe(err: BaseException) -> str:
     except (TypeError, ValueError, AttributeError):
         message = ""
     head = f"{reason} ({status})" if status is not None else f"{type(err).__name__}: {err}"
-    return f"{head}: {message}" if message else head
+    return " ".join(f"{head}: {message}".split()) if message else head
 
 
 def get_job(api: CustomObjects, namespace: str, name: str, log: Callable[[str], None]) -> dict[str, Any]:
@@ -115,6 +116,10 @@ def get_job(api: CustomObjects, namespace: str, name: str, log: Callable[[str], 
         return {}
 
 
+def progress(line: str) -> None:
+    print(line, flush=True)  # a pod's log is read while it runs
+
+
 def inspect_hint(name: str, namespace: str) -> str:
     return f"kubectl -n {namespace} describe trainjob {name}; kubectl -n {namespace} logs -l " \
            f"jobset.sigs.k8s.io/jobset-name={name} --prefix"
@@ -122,7 +127,7 @@ def inspect_hint(name: str, namespace: str) -> str:
 
 def wait_for(api: CustomObjects, namespace: str, name: str, timeout_s: float, poll_s: float = POLL_S,
              sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-             log: Callable[[str], None] = print) -> dict[str, Any]:
+             log: Callable[[str], None] = progress) -> dict[str, Any]:
     """Poll the TrainJob until it completes (returns it) or fails or times out (TrainJobFailed)."""
     start = clock()
     while True:

@@ -24,7 +24,7 @@ RUNNING = {"status": {"jobsStatus": [{"name": "node", "active": 2, "succeeded": 
 COMPLETE = {"status": {"conditions": [{"type": "Created", "status": "True", "message": "jobs created"},
                                       {"type": "Complete", "status": "True", "message": "done"}]}}
 FAILED = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "JobFailed",
-                                     "message": "jobset node-0 failed: BackoffLimitExceeded"}]}}
+                                     "message": "jobset node-0 failed:\n  BackoffLimitExceeded"}]}}
 
 
 class FakeApi:
