@@ -168,6 +168,10 @@ class TrackingConfig(Strict):
         None, ge=0.0, le=3600.0, description="seconds a run may spend retrying an unreachable MLflow server, and "
         "as many for its artifact store, before tracking degrades to the run dir's journal; default "
         "FEDCORE_TRACKING_RETRY_SECONDS, else 60")
+    log_model: bool = Field(
+        True, description="log the final model as a served MLflow model (torch.export, ~5 s of CPU a run); "
+        "its state_dict artifact is logged either way; the retrain pipeline needs it"
+    )
     system_metrics_every: float = Field(
         10.0, ge=0.0, description="seconds between system-metrics samples (CPU, memory, disk, network, GPU); 0 = off"
     )
