@@ -150,11 +150,13 @@ def _batch(st: _Stack, first: LocalProgram, pos: list[Tensor], host: list[dict |
     return batch, w
 
 
-def train_stacked(programs: Sequence[LocalProgram]) -> list[tuple[Params, dict[str, Any], dict[str, Any]]]:
+def train_stacked(programs: Sequence[LocalProgram], net: StackedNet | None = None,
+                  ) -> list[tuple[Params, dict[str, Any], dict[str, Any]]]:
     """Train programs of one signature together -> per program (params, sums, consts), in order.
 
     sums: {"loss": summed batch losses (0-d tensor), "steps": optimizer steps, "logs": summed
-    logged terms (0-d tensors)}; see `finish_stats`.
+    logged terms (0-d tensors)}; see `finish_stats`. net: the programs' model stacked (default:
+    built here; a caller training many chunks passes one, as building it costs milliseconds).
     """
     steps = [num_steps(p.data.n, p.spec) for p in programs]
     order = sorted(range(len(programs)), key=lambda i: -steps[i])  # stable: longest runs first
@@ -162,7 +164,7 @@ def train_stacked(programs: Sequence[LocalProgram]) -> list[tuple[Params, dict[s
     first = progs[0]
     first.model.train()  # as train_local (the functional calls read the module's mode)
     st = _Stack(progs)
-    net = StackedNet(first.model)
+    net = net if net is not None else StackedNet(first.model)
     its = [_positions(p, p.gen) for p in progs]
     plan = [steps[i] for i in order]
     # Without a host hook only the shuffles draw from the generators: draw the round up front.
