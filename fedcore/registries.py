@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedcore.config import ExperimentConfig, parse_config, parse_config_dict
+from fedcore.config import ExperimentConfig
+from fedcore.config_parse import parse_config, parse_config_dict
 from fedcore.errors import ConfigError
 
 

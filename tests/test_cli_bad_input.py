@@ -164,7 +164,7 @@ def test_a_hostile_override_is_refused_in_one_line(capsys, override, message):
 
 
 def test_a_yaml_timestamp_in_a_string_field_stays_the_string_written():
-    from fedcore.config import parse_config_dict
+    from fedcore.config_parse import parse_config_dict
 
     cfg = parse_config_dict({}, ["tracking.run_name=2024-01-01 10:00:00"])
     assert cfg.tracking.run_name == "2024-01-01 10:00:00"

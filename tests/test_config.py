@@ -7,7 +7,8 @@ import yaml
 from typer.testing import CliRunner
 
 from fedcore.cli import app
-from fedcore.config import ExperimentConfig, apply_overrides
+from fedcore.config import ExperimentConfig
+from fedcore.config_parse import apply_overrides
 from fedcore.errors import ConfigError
 from fedcore.registries import config_from_dict, load_config
 

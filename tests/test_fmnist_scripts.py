@@ -99,9 +99,9 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
     out = tmp_path / "fm"
     res = script(fake, "docs/results/fedgr.sh", str(out), "1", "fmnist")
     runs = calls(fake, "run")
-    # 2 presets x (7 baselines + FedAvg clean + FedGR + FedGR clean + 4 ablations) x 3 seeds, and
-    # FedGR v1, spec text and probe timing on seed 0 of the sym preset.
-    assert len(runs) == 2 * 14 * 3 + 3
+    # 2 presets x (7 baselines + FedAvg clean + FedGR + FedGR clean + 4 ablations + the class-wise
+    # sieve) x 3 seeds, and FedGR v1, spec text and probe timing on seed 0 of the sym preset.
+    assert len(runs) == 2 * 15 * 3 + 3
     for row in ("fedgr-clean", "fedavg-clean"):
         mine = [r for r in runs if f"/{row}/" in r]
         assert len(mine) == 6 and all("/data-clean-s" in r for r in mine)
@@ -109,6 +109,7 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
     v1 = [r for r in runs if "/fedgr-v1/" in r]
     assert len(v1) == 1 and "fedgr_sym/fedgr-v1/s0" in v1[0] and "method.params.beta=0.4" in v1[0]
     assert sum("method.params.sieving=false" in r for r in runs) == 6
+    assert sum("method.params.sieve_by=class" in r for r in runs) == 6
     assert "| fedgr (3) | 55.0 ± 0.0 |" in res.stdout and "| fedgr-v1 (1) |" in res.stdout
     assert "- fedgr-clean: `fedcore run configs/fmnist/fedgr_mixed.yaml --data" in res.stdout
     assert "| fedgr | 55.0 ± 0.0 | 60.0 ± 0.0 |" in res.stdout  # fedgr_table.py's columns follow

@@ -33,6 +33,7 @@ if [ "$MODE" = fmnist ]; then
     fm_queue $preset fedgr-no_lr -s $P.refine=false
     fm_queue $preset fedgr-no_b -s $P.ema_distill=false
     fm_queue $preset fedgr-no_r -s $P.rep_reg=false
+    fm_queue $preset fedgr-classwise -s $P.sieve_by=class  # ours: the diagnosis below
   done
   # shellcheck disable=SC2086
   SEEDS=0 fm_queue fedgr_sym fedgr-v1 $V1

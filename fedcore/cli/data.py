@@ -7,15 +7,12 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import make_console
+from fedcore.cli.console import ConfigArg, make_console, set_option
 
 app = typer.Typer(help="Prepare federated, noisy datasets.", no_args_is_help=True)
 console = make_console()
 
-ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml")]
-SetOpt = Annotated[
-    list[str] | None, typer.Option("--set", "-s", help="dotted override, e.g. noise.rate.max=0.9 (repeatable)")
-]
+SetOpt = set_option("dotted override, e.g. noise.rate.max=0.9 (repeatable)")
 
 
 @app.command("prepare")

@@ -9,16 +9,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from fedcore.cli.console import make_console
+from fedcore.cli.console import ConfigArg, make_console, set_option
 from fedcore.errors import ConfigError, UserError
 
 app = typer.Typer(help="Compile, run locally, submit and schedule the Kubeflow pipelines.", no_args_is_help=True)
 console = make_console()
 
 NameArg = Annotated[str, typer.Argument(help="pipeline: experiment, sweep or retrain")]
-ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", help="dotted config override (repeatable); passed as the run-time input `overrides`")]
+SetOpt = set_option("dotted config override (repeatable); passed as the run-time input `overrides`")
 MethodsOpt = Annotated[list[str] | None, typer.Option("--method", help="sweep: a method to include (repeatable)")]
 SeedsOpt = Annotated[list[int] | None, typer.Option("--seed", help="sweep: a training seed (repeatable)")]
 SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="sweep YAML: methods, seeds, settings")]
@@ -214,10 +212,12 @@ def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console =
 
 def mlflow_hint(cfg: Any) -> str:
     """The command that opens the run's MLflow store, or the server URL."""
-    from fedcore.tracking.mlflow import MlflowTracker
+    from fedcore.tracking.mlflow import resolve_uri, ui_command
 
-    tracker = MlflowTracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_location)
-    where = tracker.ui_command() or f"{tracker.uri} (experiment '{cfg.tracking.experiment}')"
+    # No client: opening the store only to print a path costs seconds of MLflow start-up.
+    uri, default_artifacts = resolve_uri(cfg.tracking.uri)
+    where = ui_command(uri, cfg.tracking.artifact_location or default_artifacts) or \
+        f"{uri} (experiment '{cfg.tracking.experiment}')"
     # MLflow 3's UI opens on its GenAI pages whatever the experiment's tag says (docs/pipelines.md).
     return f"{where}; in the UI choose 'Model training', or add ?workflowType=machine_learning to the URL"
 

@@ -7,14 +7,11 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import make_console
+from fedcore.cli.console import ConfigArg, make_console, set_option
 
 console = make_console()
 
-ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml")]
-SetOpt = Annotated[
-    list[str] | None, typer.Option("--set", "-s", help="dotted override, e.g. method.name=fedprox (repeatable)")
-]
+SetOpt = set_option()
 
 
 def run_callbacks(cfg, total_rounds: int, progress: bool, label: str = "", main: bool = True):

@@ -43,7 +43,9 @@ an uncached flagged sample weighs q (`tier_targets`), "w/o LR" selects GMM-clean
 w^t (the code's is its last warm-up EMA); the per-step EMA is applied once per step (the
 code applies it twice: gamma_l = 0.99**2 reproduces that); a client without a sieve yet
 trains on its given labels (q = 1). Every client receives the whole sieve mapping in its
-instructions (a simulation shortcut). docs/results/fedgr.md has the numbers.
+instructions (a simulation shortcut). `sieve_by=class` (ours, a diagnostic outside the paper)
+fits one GMM per given class, with the given labels uploaded beside the surrogates.
+docs/results/fedgr.md has the numbers.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
 from fedcore.methods.fedgr_params import FedGRParams
 from fedcore.methods.registry import register
-from fedcore.stats.sieving import local_sieve, pooled_sieve, push_window, running_mean, window_mean
+from fedcore.stats.sieving import classwise_sieve, local_sieve, pooled_sieve, push_window, running_mean, window_mean
 from fedcore.train import losses
 from fedcore.train.ema import ema_step_, ramped_decay, revise, teacher_reset
 from fedcore.train.params import get_params, load_params_
@@ -134,15 +136,22 @@ class FedGR(StagedMethod):
 
     def client_probe(self, task: ClientTask) -> ClientUpdate:
         _, lbar = self._observe(task, self._round_view(task))
-        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads={"lbar": lbar})
+        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=self._sieve_uploads(task, lbar))
 
-    def _fit(self, rnd: int, lbar: dict[int, np.ndarray]):
+    def _sieve_uploads(self, task: ClientTask, lbar: np.ndarray) -> dict[str, np.ndarray]:
+        given = {"labels": task.data.labels.cpu().numpy()} if self.params.sieve_by == "class" else {}
+        return {"lbar": lbar, **given}
+
+    def _fit(self, rnd: int, ups: dict[int, dict[str, np.ndarray]]):
+        """The sieve over the uploads ({cid: {"lbar", and "labels" for sieve_by=class}})."""
         seed = int(np.random.default_rng([self.cfg.seed, rnd, _GMM_SALT]).integers(2**31 - 1))
-        fit = pooled_sieve if self.params.sieving else local_sieve
-        return fit(lbar, seed=seed, estimator=self.params.rate_estimator)
+        lbar, est = {c: u["lbar"] for c, u in ups.items()}, self.params.rate_estimator
+        if self.params.sieve_by == "class":
+            return classwise_sieve(lbar, {c: u["labels"] for c, u in ups.items()}, seed=seed, estimator=est)
+        return (pooled_sieve if self.params.sieving else local_sieve)(lbar, seed=seed, estimator=est)
 
     def after_probe(self, state, plan: RoundPlan, answers) -> RoundPlan:
-        res = self._fit(state.rnd, {a.cid: a.uploads["lbar"] for a in answers})
+        res = self._fit(state.rnd, {a.cid: a.uploads for a in answers})
         fresh = {c: {"q": res.q[c], "rate": res.rate[c]} for c in res.q}
         sieve = {**plan.instructions.get("sieve", {}), **fresh}
         return dataclasses.replace(plan, instructions={"sieve": sieve, "fresh": fresh, "means": res.means})
@@ -150,9 +159,9 @@ class FedGR(StagedMethod):
     def summarize(self, state, plan, updates, params):
         extra, sieve = dict(state.extra), dict(state.extra.get("sieve", {}))
         fresh, means = plan.instructions.get("fresh", {}), plan.instructions.get("means", {})
-        lbar = {u.cid: u.uploads["lbar"] for u in updates if "lbar" in u.uploads}
-        if lbar and (self.params.refit_every_round or state.rnd < self.alpha):
-            res = self._fit(state.rnd, lbar)
+        ups = {u.cid: u.uploads for u in updates if "lbar" in u.uploads}
+        if ups and (self.params.refit_every_round or state.rnd < self.alpha):
+            res = self._fit(state.rnd, ups)
             fresh, means = {c: {"q": res.q[c], "rate": res.rate[c]} for c in res.q}, res.means
         known = extra["sieve"] = {**sieve, **fresh}
         est = Estimates(client_rate={c: float(v["rate"]) for c, v in known.items()},
@@ -196,7 +205,7 @@ class FedGR(StagedMethod):
         x_w = self._round_view(task)
         obs, lbar = self._observe(task, x_w)
         state = {**task.state, **obs}
-        uploads = {"lbar": lbar} if lbar is not None and p.sieve_timing == "lagged" else {}
+        uploads = self._sieve_uploads(task, lbar) if lbar is not None and p.sieve_timing == "lagged" else {}
         extras = {"state": state, "uploads": uploads, "sums": {}, "warmup": task.rnd < self.alpha}
         if extras["warmup"]:
             return extras

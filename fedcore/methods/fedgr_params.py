@@ -31,6 +31,11 @@ class FedGRParams(MethodParams):
     rate_estimator: Literal["threshold", "mean"] = Field("threshold", description="r_k: share q<0.5 [v1: mean(1-q)]")
     refit_every_round: bool = Field(True, description="False: freeze the sieve after the warm-up")
     sieving: bool = Field(True, description="False: one GMM per client (w/o FS)")
+    sieve_by: Literal["pool", "class"] = Field(
+        "pool", description="pool: one GMM over every surrogate (the paper); class (ours, a diagnostic): one GMM "
+        "per given class, so a class the model knows poorly is not flagged whole; clients then upload their "
+        "given labels with the surrogates"
+    )
     # -- label refining ---------------------------------------------------------------------
     refine: bool = Field(True, description="False: given labels of sieved-clean samples only (w/o LR)")
     unrefined: Literal["select", "weighted"] = Field(

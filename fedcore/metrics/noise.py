@@ -6,7 +6,6 @@ These are the only functions (with scoring.py) that read ground truth.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import normalized_mutual_info_score
 
 
 def rate_pearson_mae(estimated: np.ndarray, true: np.ndarray) -> dict[str, float]:
@@ -60,6 +59,8 @@ def flag_dependence(flags: np.ndarray, labels: np.ndarray) -> float:
     f, y = np.asarray(flags, bool), np.asarray(labels)
     if not len(f):
         return float("nan")
+    from sklearn.metrics import normalized_mutual_info_score  # lazily: see fedcore.stats.gmm
+
     return float(normalized_mutual_info_score(y, f))
 
 

@@ -91,6 +91,8 @@ def champion_decision(cfg: ExperimentConfig, model_name: str, run_id: str, data_
 
     if cfg.tracking.backend == "none" or not run_id:
         raise ConfigError("retrain registers models in MLflow; set tracking.backend: mlflow")
+    if not cfg.tracking.log_model:  # a run-time override can still turn it off after compiling
+        raise ConfigError("retrain registers the run's served MLflow model; drop tracking.log_model=false")
     fed = FederatedDataset.load(data_dir)
     registry = ModelRegistry(cfg.tracking.uri, Path.cwd())
     candidate_sd = torch.load(Path(run_dir) / "model.pt", map_location="cpu", weights_only=True)

@@ -9,7 +9,6 @@ the clean component is the one with the *lower* mean along `order_dim`.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.mixture import GaussianMixture
 
 
 def zscore(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -45,6 +44,9 @@ def clean_posterior(
     if len(x) < 2 or np.allclose(x.std(axis=0), 0.0):
         mean = x.mean(axis=0) if len(x) else np.zeros(x.shape[1])
         return np.ones(len(x)), np.stack([mean, mean])
+    # Imported here: scikit-learn costs ~2 s of start-up in every pipeline task that only validates.
+    from sklearn.mixture import GaussianMixture
+
     gmm = GaussianMixture(
         n_components=2, covariance_type=covariance_type, n_init=n_init, reg_covar=reg_covar,
         max_iter=max_iter, tol=tol, random_state=seed,

@@ -13,7 +13,6 @@ LID of a client's softmax outputs grows with its noise level (FedCorr, Sec. 3.1)
 from __future__ import annotations
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
 
 def lid_mle(points: np.ndarray, k: int = 20, eps: float = 1e-12, block_entries: int = 2**25) -> np.ndarray:
@@ -25,6 +24,8 @@ def lid_mle(points: np.ndarray, k: int = 20, eps: float = 1e-12, block_entries: 
     row blocks of about `block_entries` entries (256 MB by default), so a large client never
     holds the whole n x n matrix.
     """
+    from scipy.spatial.distance import cdist  # lazily: see fedcore.stats.gmm
+
     x = np.asarray(points, dtype=np.float64)
     n = len(x)
     if n < 3:

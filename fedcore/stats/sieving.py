@@ -5,7 +5,8 @@ uploads only that (one float per sample): a running mean over every visit (`runn
 spec v2 and the authors' `loss_mean`) or the mean of the last `t_obs` visits (`push_window`
 and `window_mean`, spec v1). The server either pools the surrogates into one two-component
 GMM (`pooled_sieve`, FedGR's "federated sieving") or, for the "w/o FS" ablation, fits one GMM
-per client (`local_sieve`). Both go through `stats.gmm.clean_posterior`, so the clean
+per client (`local_sieve`); `classwise_sieve` (ours, a diagnostic, not FedGR's) fits one GMM
+per given class over the pooled surrogates. All go through `stats.gmm.clean_posterior`, so the clean
 component is always the lower-mean one, and both turn posteriors into rates with
 `stats.gmm.noisy_fraction`. GMM settings default to the authors' (reg_covar 5e-4, 50
 iterations, tol 1e-2).
@@ -59,7 +60,8 @@ def running_mean(mean: np.ndarray | None, count: int, losses: np.ndarray) -> tup
 @dataclass(frozen=True)
 class SieveResult:
     """Clean posteriors q (local order) and estimated noise rate r_k, per client id; the GMM
-    component means (clean, noisy), one pair for the pooled fit or per client for local fits."""
+    component means (clean, noisy): one pair for the pooled fit (key -1), per client for local
+    fits, per given class for class-wise fits."""
 
     q: dict[int, np.ndarray]
     rate: dict[int, float]
@@ -88,3 +90,28 @@ def local_sieve(lbar: Mapping[int, np.ndarray], seed: int, estimator: str = "thr
     return SieveResult(q={c: q for c, (q, _) in fits.items()},
                        rate={c: noisy_fraction(q, estimator) for c, (q, _) in fits.items()},
                        means={c: (float(mu[0, 0]), float(mu[1, 0])) for c, (_, mu) in fits.items()})
+
+
+def classwise_sieve(lbar: Mapping[int, np.ndarray], labels: Mapping[int, np.ndarray], seed: int,
+                    estimator: str = "threshold", **gmm) -> SieveResult:
+    """One GMM per given class over the pooled surrogates of that class (ours, not the paper's).
+
+    Under label skew a model that knows some classes better than others gives a sample a loss
+    that depends on its given class more than on whether the label is wrong, so one pooled GMM
+    can flag whole classes; within one class only the ranking of its own samples counts. It needs
+    each sample's given label at the server, which FedGR's protocol does not send. A class with
+    fewer than two samples cannot be split and stays clean (q = 1).
+    """
+    cids = sorted(lbar)
+    values = [np.asarray(lbar[c], dtype=np.float64) for c in cids]
+    pooled = np.concatenate(values) if values else np.zeros(0)
+    given = np.concatenate([np.asarray(labels[c]) for c in cids]) if cids else np.zeros(0, dtype=int)
+    if given.shape != pooled.shape:
+        raise ValueError(f"{given.shape[0]} labels for {pooled.shape[0]} surrogates")
+    q_all, means = np.ones(len(pooled)), {}
+    for k in np.unique(given):
+        rows = given == k
+        q_all[rows], mu = clean_posterior(pooled[rows], seed=seed, **{**GMM_KW, **gmm})
+        means[int(k)] = (float(mu[0, 0]), float(mu[1, 0]))
+    qs = dict(zip(cids, _split(q_all, [len(v) for v in values]), strict=True))
+    return SieveResult(q=qs, rate={c: noisy_fraction(qs[c], estimator) for c in cids}, means=means)

@@ -223,7 +223,7 @@ class TrackingCallback(Callback):
         state_dict and says why it has no model, rather than failing after training.
         """
         model, fed = self._info.get("final_model"), self._info.get("fed")
-        if model is None or fed is None:
+        if model is None or fed is None or not self.cfg.tracking.log_model:
             return
         from fedcore.tracking.inputs import describe, input_example, served
 

@@ -58,6 +58,16 @@ def resolve_uri(uri: str | None, base_dir: str | Path | None = None) -> tuple[st
     return embedded_store(base_dir if base_dir is not None else Path.cwd())
 
 
+def ui_command(uri: str, artifact_root: str | None) -> str | None:
+    """Shell command that opens store `uri` in the MLflow UI; None for a server (its URL is the UI)."""
+    if uri.startswith(("http://", "https://")):
+        return None
+    cmd = ["mlflow", "ui", "--backend-store-uri", uri]
+    if artifact_root:
+        cmd += ["--default-artifact-root", artifact_root]
+    return shlex.join(cmd)
+
+
 def _one_line(exc: BaseException, limit: int = 240) -> str:
     text = re.sub(r"\s+", " ", str(exc)).strip() or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -279,9 +289,4 @@ class MlflowTracker(RecordsMixin, RunStack):
 
     def ui_command(self) -> str | None:
         """Shell command that opens this store in the MLflow UI; None for a server (its URL is the UI)."""
-        if self.uri.startswith(("http://", "https://")):
-            return None
-        cmd = ["mlflow", "ui", "--backend-store-uri", self.uri]
-        if self.artifact_root:
-            cmd += ["--default-artifact-root", self.artifact_root]
-        return shlex.join(cmd)
+        return ui_command(self.uri, self.artifact_root)

@@ -11,7 +11,6 @@ import warnings
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.exceptions import ConvergenceWarning
 
 from fedcore.stats.gmm import clean_posterior
 from fedcore.train import losses
@@ -27,6 +26,8 @@ def clean_probability(loss: np.ndarray, seed: int) -> np.ndarray:
     x = np.asarray(loss, dtype=float)
     span = x.max() - x.min() if len(x) else 0.0
     scaled = (x - x.min()) / span if span > 0 else np.zeros_like(x)
+    from sklearn.exceptions import ConvergenceWarning  # lazily: see fedcore.stats.gmm
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         return clean_posterior(scaled, seed=seed, reg_covar=5e-4, max_iter=10, tol=1e-2)[0]

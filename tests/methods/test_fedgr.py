@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from fedcore.methods.fedgr import warmup_length
-from fedcore.stats.sieving import local_sieve, pooled_sieve, push_window, running_mean, window_mean
+from fedcore.stats.sieving import classwise_sieve, local_sieve, pooled_sieve, push_window, running_mean, window_mean
 from fedcore.train import losses
 from fedcore.train.ema import ema_step_, ema_update_, ramped_decay, revise, teacher_reset
 from fedcore.train.refine import (
@@ -65,6 +65,36 @@ def test_local_sieve_cannot_see_a_client_that_is_all_noisy():
     assert pooled_sieve(lbar, seed=0).rate == {0: 0.0, 1: 1.0}
     local = local_sieve(lbar, seed=0).rate
     assert 0.0 < local[0] < 1.0 and 0.0 < local[1] < 1.0
+
+
+def test_classwise_sieve_splits_within_each_given_class():
+    # Class 0 is well learnt (clean 0.2, wrong labels 1.0); class 1 is poorly learnt, so even its
+    # correct labels cost 2.0 and its wrong ones 3.0. Pooled, the GMM flags class 1 whole and
+    # keeps class 0's wrong labels; per class, exactly the 3 wrong labels of each class are flagged.
+    rng = np.random.default_rng(0)
+    noise = lambda n: rng.normal(0.0, 0.02, n)  # noqa: E731
+    lbar = {0: np.r_[0.2 + noise(7), 1.0 + noise(3)], 1: np.r_[2.0 + noise(7), 3.0 + noise(3)]}
+    labels = {0: np.zeros(10, int), 1: np.ones(10, int)}
+    wrong = np.r_[np.zeros(7, bool), np.ones(3, bool)]
+    pooled = pooled_sieve(lbar, seed=0)
+    assert not (pooled.q[0] < 0.5).any() and (pooled.q[1] < 0.5).all()
+    res = classwise_sieve(lbar, labels, seed=0)
+    for c in (0, 1):
+        assert ((res.q[c] < 0.5) == wrong).all(), c
+    assert res.rate == {0: 0.3, 1: 0.3}
+    assert res.means[0][0] == pytest.approx(0.2, abs=0.05) and res.means[1][1] == pytest.approx(3.0, abs=0.05)
+    # the classes may be spread over clients in any way: the split follows the label, not the client
+    mixed = {0: np.r_[lbar[0][:5], lbar[1][:5]], 1: np.r_[lbar[0][5:], lbar[1][5:]]}
+    by_label = {0: np.r_[np.zeros(5, int), np.ones(5, int)], 1: np.r_[np.zeros(5, int), np.ones(5, int)]}
+    q = classwise_sieve(mixed, by_label, seed=0).q
+    assert ((q[0] < 0.5) == np.r_[wrong[:5], wrong[:5]]).all() and ((q[1] < 0.5) == np.r_[wrong[5:], wrong[5:]]).all()
+
+
+def test_classwise_sieve_keeps_a_one_sample_class_clean_and_refuses_misaligned_labels():
+    res = classwise_sieve({0: np.array([0.1, 0.2, 3.0, 5.0])}, {0: np.array([0, 0, 0, 1])}, seed=0)
+    assert res.q[0][3] == 1.0
+    with pytest.raises(ValueError, match="labels"):
+        classwise_sieve({0: np.zeros(3)}, {0: np.zeros(2, int)}, seed=0)
 
 
 def test_pseudo_labels_confidence_threshold():

@@ -208,6 +208,13 @@ def test_every_ablation_runs(fed, tmp_path, switch):
     assert np.isfinite(res.summary["final/acc"]) and "noise/rate_pearson" in res.history[-1]
 
 
+def test_classwise_sieve_variant_uploads_given_labels_and_runs(fed, tmp_path):
+    res = run_experiment(digits_cfg(rounds=3, warmup=1, sieve_by="class"), tmp_path, data=fed)
+    assert np.isfinite(res.summary["final/acc"]) and "fedgr/gmm_mu_clean" in res.history[-1]
+    pooled = run_experiment(digits_cfg(rounds=3, warmup=1), tmp_path / "pooled", data=fed)
+    assert res.history[-1]["detect/sample_f1"] != pooled.history[-1]["detect/sample_f1"]
+
+
 def test_training_never_depends_on_the_ground_truth(fed, tmp_path):
     # Same artifact with the truth scrambled: the metrics that read it change, training does not.
     rng = np.random.default_rng(0)

@@ -184,6 +184,14 @@ def test_sweep_fans_out_with_parallel_for_and_in_with_collected(tmp_path):
     assert rows.task_output_parameter.producer_task == ids[loop.task_info.name]
 
 
+def test_retrain_refuses_a_config_that_logs_no_served_model():
+    from fedcore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="tracking.log_model"):
+        build_pipeline("retrain", config_from_dict(CFG), PipelineOptions(resources=RES,
+                                                                          overrides=("tracking.log_model=false",)))
+
+
 def test_retrain_runs_on_parameters_and_never_caches_the_decision(tmp_path):
     _, spec, _ = _compile("retrain", tmp_path, data_prefix="s3://bucket/snapshots/", model_name="digits-champ")
     params = spec.root.input_definitions.parameters

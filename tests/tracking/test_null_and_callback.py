@@ -236,3 +236,23 @@ def test_callback_logs_the_dataset_and_a_served_model(tmp_path):
     assert sums == pytest.approx([1.0] * 4)  # the served model outputs class probabilities
     assert ({"model.id": "m-1", "model.uri": "models:/m-1"},) in tracker.of("tags")
     assert tracker.of("system") == []  # system_metrics_every: 0
+
+
+def test_callback_skips_the_served_model_when_told_but_keeps_the_rest(tmp_path):
+    from fedcore.data.build import build_federated_dataset
+    from fedcore.models import build_model
+
+    cfg = ExperimentConfig.model_validate({"data": {"name": "digits", "max_train": 100},
+                                           "partition": {"kind": "iid", "num_clients": 2},
+                                           "tracking": {"backend": "mlflow", "system_metrics_every": 0,
+                                                        "log_model": False}})
+    fed = build_federated_dataset(cfg)
+    tracker = RecordingTracker()
+    cb = TrackingCallback(tracker, cfg)
+    info = {"fed": fed}
+    cb.on_run_start(info)
+    cb.after_round(1, "train", {"test/acc": 0.1})
+    info["final_model"] = build_model(cfg.model, tuple(fed.x_train.shape[1:]), fed.num_classes)
+    cb.on_run_end({}, tmp_path)
+    assert tracker.of("model") == [] and len(tracker.of("dataset")) == 1
+    assert not any("model.uri" in tags for (tags,) in tracker.of("tags"))
