@@ -23,8 +23,9 @@ BLOCK_BYTES = 16 << 20  # inputs gathered at once: a few steps of a large model,
 
 
 def schedule(its: Sequence[Iterator[Tensor]], steps: Sequence[int], offsets: Sequence[int], batch_size: int,
-             device: torch.device) -> tuple[Tensor, Tensor]:
-    """Every client's batches -> positions (S, K, B) into the stacked fields and weights mask (S, K, B).
+             device: torch.device) -> tuple[Tensor, Tensor, list[int]]:
+    """Every client's batches -> positions (S, K, B) into the stacked fields, mask (S, K, B), and
+    each step's width: its longest batch, to which the step's rows are padded (as step by step).
 
     its: each client's batch positions (local, in draw order); steps: how many each yields
     (entries of a client past its last step are never read); offsets: where each client's
@@ -59,18 +60,22 @@ def schedule(its: Sequence[Iterator[Tensor]], steps: Sequence[int], offsets: Seq
         col = torch.arange(total, device=device) - each(first)
         pos.view(-1)[each(cells) * b + col] = torch.cat(drawn) + each(torch.tensor(base, device=device))
     mask = torch.arange(b, device=device) < lens.view(s_max, k, 1)
-    return pos, mask
+    widths = [0] * s_max  # from the host's sizes: no device sync
+    for cell, size in zip(slot, (len(t) for t in drawn), strict=True):
+        widths[cell // k] = max(widths[cell // k], size)
+    return pos, mask, widths
 
 
 class Drawn:
-    """Per-step batches of a chunk from its `schedule`: fields (k, B, ...) and weights (k, B)."""
+    """Per-step batches of a chunk from its `schedule`: fields (k, b, ...) and weights (k, b), b the
+    step's width (a chunk of clients smaller than the batch size computes on no padding)."""
 
     def __init__(self, fields: dict[str, Tensor], store: TensorStore, its: Sequence[Iterator[Tensor]],
                  steps: Sequence[int], offsets: Sequence[int], batch_size: int, dtype: torch.dtype,
                  device: torch.device) -> None:
-        self.pos, mask = schedule(its, steps, offsets, batch_size, device)
+        self.pos, mask, self.widths = schedule(its, steps, offsets, batch_size, device)
         self.w = mask.to(dtype)
-        self.fields, self.store, self.b = fields, store, batch_size
+        self.fields, self.store = fields, store
         self.rows = [sum(1 for n in steps if n > s) for s in range(len(self.pos))]  # rows training at step s
         self.sample_bytes = store.x[0].numel() * torch.finfo(dtype).bits // 8
         self.lo = self.hi = 0
@@ -83,18 +88,20 @@ class Drawn:
             raise ValueError(f"step {s} trains {self.rows[s]} rows, not {k}")
         if not self.lo <= s < self.hi:
             self._gather(s)
-        a = self.starts[s - self.lo]
-        return {name: v[a:a + k * self.b].view(k, self.b, *v.shape[1:]) for name, v in self.cache.items()}, \
-            self.w[s, :k]
+        a, b = self.starts[s - self.lo], self.widths[s]
+        return {name: v[a:a + k * b].view(k, b, *v.shape[1:]) for name, v in self.cache.items()}, self.w[s, :k, :b]
 
     def _gather(self, s: int) -> None:
         """Steps [s, hi) within BLOCK_BYTES of inputs: one index op per field and one normalization,
         over the rows each step trains only."""
         hi, size = s, 0
-        while hi < len(self.pos) and (hi == s or size + self.rows[hi] * self.b * self.sample_bytes <= BLOCK_BYTES):
-            size += self.rows[hi] * self.b * self.sample_bytes
+        def nbytes(t: int) -> int:
+            return self.rows[t] * self.widths[t] * self.sample_bytes
+
+        while hi < len(self.pos) and (hi == s or size + nbytes(hi) <= BLOCK_BYTES):
+            size += nbytes(hi)
             hi += 1
-        parts = [self.pos[t, : self.rows[t]].reshape(-1) for t in range(s, hi)]
+        parts = [self.pos[t, : self.rows[t], : self.widths[t]].reshape(-1) for t in range(s, hi)]
         self.lo, self.hi = s, hi
         self.starts = [0]
         for t in parts[:-1]:

@@ -13,12 +13,13 @@ def test_schedule_lays_out_each_clients_batches_by_hand():
     its = [iter([torch.tensor([2, 0, 1]), torch.tensor([4, 3]), torch.tensor([1, 2, 0])]), iter([torch.tensor([1, 2])])]
 
     # Execute
-    pos, mask = schedule(its, [3, 1], [0, 5], batch_size=3, device=torch.device("cpu"))
+    pos, mask, widths = schedule(its, [3, 1], [0, 5], batch_size=3, device=torch.device("cpu"))
 
     # Assert: positions offset into the fields; short batches padded with the client's first row, masked
     assert pos.tolist() == [[[2, 0, 1], [6, 7, 5]], [[4, 3, 0], [5, 5, 5]], [[1, 2, 0], [5, 5, 5]]]
     assert mask.tolist() == [[[True] * 3, [True, True, False]], [[True, True, False], [False] * 3],
                              [[True] * 3, [False] * 3]]
+    assert widths == [3, 2, 3]  # each step is padded to its longest batch only
 
 
 def test_schedule_refuses_a_client_whose_batch_count_is_not_the_predicted_one():
@@ -47,4 +48,5 @@ def test_drawn_batches_equal_the_data_gathered_step_by_step(monkeypatch, block):
             n = len(pos)
             assert torch.equal(got["x"][r, :n], clients[r].x(pos))
             assert torch.equal(got["y"][r, :n], clients[r].labels[pos])
-            assert w[r].tolist() == [1.0] * n + [0.0] * (4 - n)
+            assert w[r].tolist() == [1.0] * n + [0.0] * (w.shape[1] - n)
+        assert w.shape[1] == max(len(batches[r][s]) for r in range(k))
