@@ -7,6 +7,10 @@ the working labels, each through its own component (`Stage.yields` picks it):
     identify_stage          + verdicts (Artifact: JSON of per-client verdicts and rate estimates)
     relabel_stage           + labels (Dataset: labels.npz per client, relabeled.json)
     identify_relabel_stage  + verdicts + labels (e.g. FedCorr's preprocess)
+
+`trainjob` (set by the pipeline when it was compiled with `--workers N`, N > 1: the task
+resources) makes the task run its stage as a Kubeflow Trainer TrainJob of N nodes and wait
+for it (`fedcore.pipeline.trainjob_stage`); empty, the task trains itself.
 """
 
 # No `from __future__ import annotations`: kfp reads the real annotation objects.
@@ -20,14 +24,15 @@ def run_stage(
     config: str, overrides: list, setting: dict, methods: list, seeds: list, slot: int, slots: int,
     stage: str, stages: list, label: str, dataset: Input[Dataset], tracking: Input[Artifact],
     checkpoint: Output[Model], metrics: Output[Metrics], previous: Input[Model] = None, run_id: str = "",
-    data_root: str = "",
+    data_root: str = "", trainjob: dict = {},  # noqa: B006 (kfp reads the default)
 ) -> str:
     """Train one stage (resuming `previous`); returns the child MLflow run id."""
     from fedcore.pipeline import ops
     from fedcore.pipeline.inputs import RunInputs
 
     inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
-    return ops.stage_component(inp, stage, stages, label, dataset, previous, checkpoint, metrics, tracking, run_id)
+    return ops.stage_component(inp, stage, stages, label, dataset, previous, checkpoint, metrics, tracking, run_id,
+                               trainjob=trainjob)
 
 
 @fedcore_component
@@ -35,7 +40,7 @@ def identify_stage(
     config: str, overrides: list, setting: dict, methods: list, seeds: list, slot: int, slots: int,
     stage: str, stages: list, label: str, dataset: Input[Dataset], tracking: Input[Artifact],
     checkpoint: Output[Model], metrics: Output[Metrics], verdicts: Output[Artifact], previous: Input[Model] = None,
-    run_id: str = "", data_root: str = "",
+    run_id: str = "", data_root: str = "", trainjob: dict = {},  # noqa: B006 (kfp reads the default)
 ) -> str:
     """Run an identification stage; its verdicts (which clients look noisy) become an artifact."""
     from fedcore.pipeline import ops
@@ -43,7 +48,7 @@ def identify_stage(
 
     inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
     return ops.stage_component(inp, stage, stages, label, dataset, previous, checkpoint, metrics, tracking, run_id,
-                               verdicts=verdicts)
+                               verdicts=verdicts, trainjob=trainjob)
 
 
 @fedcore_component
@@ -51,7 +56,7 @@ def relabel_stage(
     config: str, overrides: list, setting: dict, methods: list, seeds: list, slot: int, slots: int,
     stage: str, stages: list, label: str, dataset: Input[Dataset], tracking: Input[Artifact],
     checkpoint: Output[Model], metrics: Output[Metrics], labels: Output[Dataset], previous: Input[Model] = None,
-    run_id: str = "", data_root: str = "",
+    run_id: str = "", data_root: str = "", trainjob: dict = {},  # noqa: B006 (kfp reads the default)
 ) -> str:
     """Run a relabeling stage; the clients' new working labels become a dataset artifact."""
     from fedcore.pipeline import ops
@@ -59,7 +64,7 @@ def relabel_stage(
 
     inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
     return ops.stage_component(inp, stage, stages, label, dataset, previous, checkpoint, metrics, tracking, run_id,
-                               labels=labels)
+                               labels=labels, trainjob=trainjob)
 
 
 @fedcore_component
@@ -68,6 +73,7 @@ def identify_relabel_stage(
     stage: str, stages: list, label: str, dataset: Input[Dataset], tracking: Input[Artifact],
     checkpoint: Output[Model], metrics: Output[Metrics], verdicts: Output[Artifact], labels: Output[Dataset],
     previous: Input[Model] = None, run_id: str = "", data_root: str = "",
+    trainjob: dict = {},  # noqa: B006 (kfp reads the default)
 ) -> str:
     """Run a stage that both identifies and relabels; verdicts and labels become artifacts."""
     from fedcore.pipeline import ops
@@ -75,4 +81,4 @@ def identify_relabel_stage(
 
     inp = RunInputs(config, overrides, setting, methods, seeds, slot, slots, data_root)
     return ops.stage_component(inp, stage, stages, label, dataset, previous, checkpoint, metrics, tracking, run_id,
-                               verdicts=verdicts, labels=labels)
+                               verdicts=verdicts, labels=labels, trainjob=trainjob)

@@ -52,6 +52,11 @@ BUILDERS: dict[str, Callable[[ExperimentConfig, PipelineOptions], Any]] = {
 
 
 def build_pipeline(name: str, cfg: ExperimentConfig, options: PipelineOptions | None = None) -> Any:
+    from fedcore.pipeline.plan import apply
+    from fedcore.pipeline.resources import check_accelerators
+
     if name not in BUILDERS:
         raise UserError(f"unknown pipeline '{name}'; choose one of {sorted(BUILDERS)}")
-    return BUILDERS[name](cfg, options or PipelineOptions())
+    options = options or PipelineOptions()
+    check_accelerators(options.resources, apply(cfg, options.overrides).train.device)
+    return BUILDERS[name](cfg, options)

@@ -52,11 +52,16 @@ def light(task: dsl.PipelineTask, res: PipelineResources, name: str, cache: bool
 
 
 def training(task: dsl.PipelineTask, res: PipelineResources, name: str) -> dsl.PipelineTask:
-    """A training stage: a light task plus stage-sized resources, the accelerator, the GPU node pool, retries."""
+    """A training stage: a light task plus stage-sized resources, the accelerator, the GPU node pool, retries.
+
+    With `res.workers > 1` the task only submits and watches a TrainJob, whose nodes get the
+    stage's resources and GPUs: it stays a light CPU task (with the retries, which resubmit).
+    """
     light(task, res, name)
-    task.set_cpu_request(res.stage_cpu_request).set_memory_request(res.stage_memory_request)
-    task.set_cpu_limit(res.stage_cpu_limit).set_memory_limit(res.stage_memory_limit)
-    if res.accelerators:
+    if res.workers == 1:
+        task.set_cpu_request(res.stage_cpu_request).set_memory_request(res.stage_memory_request)
+        task.set_cpu_limit(res.stage_cpu_limit).set_memory_limit(res.stage_memory_limit)
+    if res.accelerators and res.workers == 1:
         task.set_accelerator_type(res.accelerator_type).set_accelerator_limit(res.accelerators)
         for key, value in res.node_selector.items():
             kubernetes.add_node_selector(task, key, value)
@@ -84,8 +89,11 @@ def stage_chain(res: PipelineResources, label: str, stages: StageShape, dataset:
     """
     names = [name for name, _ in stages]
     prev = None
+    # Compile-time constants: the cluster shape, which a run's inputs do not change.
+    cluster = {"trainjob": res.model_dump(mode="json", exclude_none=True)} if res.workers > 1 else {}
     for name, yields in stages:
         extra = {} if prev is None else {"previous": prev.outputs["checkpoint"], "run_id": prev.outputs["Output"]}
+        extra.update(cluster)
         component = STAGE_COMPONENTS[tuple(sorted(yields))]
         task = component(stage=name, stages=names, label=f"{label}-{name}", dataset=dataset, tracking=tracking,
                          **inputs, **extra)

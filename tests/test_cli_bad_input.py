@@ -181,3 +181,16 @@ def test_a_stage_named_with_zero_rounds_stays_valid():
 def test_control_characters_in_an_error_are_escaped(capsys):
     err = _fails(["config", "show", CONFIG, "--set", "data.\x1b[31mbad\u202e=1"], capsys)
     assert "data.\\x1b[31mbad\\u202e" in err and "\x1b" not in err and "\u202e" not in err
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--workers", "0"], "error: --workers must be >= 1 (nodes per training stage), got 0"),
+    (["--workers", "2", "--resource", "trainjob_prefix=runs/tj"],
+     "error: bad task resources: trainjob_prefix must be an s3:// prefix for workers > 1, got 'runs/tj'"),
+    (["--gpus", "4", "--set", "train.device=cpu"], "error: --gpus 4 with train.device=cpu: the stage would hold 4 "
+     "GPUs and train on none; set train.device=auto or cuda (one rank per GPU), or --gpus 0"),
+])
+def test_pipeline_resources_a_stage_cannot_use_are_refused(tmp_path, capsys, argv, expected):
+    out = tmp_path / "p.yaml"
+    assert _fails(["pipeline", "compile", "experiment", CONFIG, "--out", str(out), *argv], capsys) == expected
+    assert not out.exists()

@@ -105,7 +105,9 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
     for row in ("fedgr-clean", "fedavg-clean"):
         mine = [r for r in runs if f"/{row}/" in r]
         assert len(mine) == 6 and all("/data-clean-s" in r for r in mine)
-    assert all("/data-s" in r for r in runs if "-clean/" not in r)
+        # the run must name the clean scene too, or the artifact's config hash refuses it
+        assert all("-s noise.type=none" in r for r in mine)
+    assert all("/data-s" in r and "noise.type=none" not in r for r in runs if "-clean/" not in r)
     v1 = [r for r in runs if "/fedgr-v1/" in r]
     assert len(v1) == 1 and "fedgr_sym/fedgr-v1/s0" in v1[0] and "method.params.beta=0.4" in v1[0]
     assert sum("method.params.sieving=false" in r for r in runs) == 6

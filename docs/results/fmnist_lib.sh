@@ -40,7 +40,8 @@ fm_queue() {  # preset row args... : one run per seed; command.txt records the r
   local preset=$1 row=$2 seed data run clean=""
   shift 2
   if [ -n "${FM_ROWS:-}" ] && [[ " $FM_ROWS " != *" $row "* ]]; then return 0; fi
-  case $row in *-clean) clean=clean ;; esac
+  # A clean row's run must say noise.type=none too: the artifact's config hash has to match.
+  case $row in *-clean) clean=clean; set -- -s noise.type=none "$@" ;; esac
   mkdir -p "$FMNIST_OUT/$preset/$row"
   echo "fedcore run $FMNIST_PRESETS/$preset.yaml --data $FMNIST_OUT/$preset/data${clean:+-clean}-s<seed>" \
     "-s seed=<seed> $*" > "$FMNIST_OUT/$preset/$row/command.txt"

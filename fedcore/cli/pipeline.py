@@ -23,6 +23,9 @@ SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="sweep YAML: meth
 ImageOpt = Annotated[str | None, typer.Option("--image", help="container image of every task")]
 GpuTypeOpt = Annotated[str | None, typer.Option("--gpu-type", help="accelerator resource, e.g. nvidia.com/gpu")]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="accelerators per training stage (0 = CPU)")]
+WorkersOpt = Annotated[int | None, typer.Option(
+    "--workers", help="nodes per training stage; above 1 each stage runs as a Kubeflow Trainer TrainJob "
+    "(--gpus ranks per node), see docs/deploy.md")]
 SelectorOpt = Annotated[list[str] | None, typer.Option("--node-selector", help="k=v for training stages")]
 PrefixOpt = Annotated[str, typer.Option("--data-prefix", help="retrain: s3:// prefix of dated data snapshots")]
 ModelOpt = Annotated[str, typer.Option("--model-name", help="retrain: registered model name")]
@@ -51,7 +54,8 @@ def _options(ctx_args: dict[str, Any], local: bool = False) -> Any:
     from pipelines import PipelineOptions
 
     res = PipelineResources().with_cli(ctx_args.get("image"), ctx_args.get("gpu_type"), ctx_args.get("gpus"),
-                                       ctx_args.get("node_selector"), ctx_args.get("resource"))
+                                       ctx_args.get("node_selector"), ctx_args.get("resource"),
+                                       ctx_args.get("workers"))
     if local:
         res = local_resources(res)
     spec = load_sweep_spec(ctx_args.get("sweep"), {"methods": ctx_args.get("method"), "seeds": ctx_args.get("seed")})
@@ -130,8 +134,9 @@ def compile_cmd(name: NameArg,
                 out: Annotated[Path | None, typer.Option("--out", "-o", help="YAML package to write")] = None,
                 set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None, sweep: SweepOpt = None,
                 parallelism: ParallelOpt = 0, image: ImageOpt = None, gpu_type: GpuTypeOpt = None,
-                gpus: GpusOpt = None, node_selector: SelectorOpt = None, resource: ResourceOpt = None,
-                data_prefix: PrefixOpt = "", model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
+                gpus: GpusOpt = None, workers: WorkersOpt = None, node_selector: SelectorOpt = None,
+                resource: ResourceOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
+                tracking: TrackOpt = True) -> None:
     """Compile a pipeline into a KFP package (checked by parsing it back); the config and the
     --set list become the defaults of its run-time inputs `config` and `overrides`."""
     from pipelines.runner import compile_pipeline, load_specs
@@ -235,9 +240,9 @@ def submit_cmd(name: NameArg,
                run_name: Annotated[str | None, typer.Option("--run-name")] = None,
                package: PackageOpt = None, set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None,
                sweep: SweepOpt = None, parallelism: ParallelOpt = 0, image: ImageOpt = None,
-               gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None, node_selector: SelectorOpt = None,
-               resource: ResourceOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
-               tracking: TrackOpt = True) -> None:
+               gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None, workers: WorkersOpt = None,
+               node_selector: SelectorOpt = None, resource: ResourceOpt = None, data_prefix: PrefixOpt = "",
+               model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
     """Start one run on a Kubeflow Pipelines cluster: compile the config, or send a compiled
     --package as it is; --set (and a sweep's --method/--seed) become the run's inputs."""
     from pipelines.runner import check_host, submit
@@ -262,7 +267,8 @@ def schedule_cmd(name: NameArg, config: ConfigArg, host: HostOpt,
                  experiment: ExperimentOpt = "fedcore",
                  job_name: Annotated[str | None, typer.Option("--job-name")] = None,
                  set_: SetOpt = None, image: ImageOpt = None, gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None,
-                 node_selector: SelectorOpt = None, resource: ResourceOpt = None, data_prefix: PrefixOpt = "",
+                 workers: WorkersOpt = None, node_selector: SelectorOpt = None, resource: ResourceOpt = None,
+                 data_prefix: PrefixOpt = "",
                  model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
     """Create a recurring run (one at a time, no catch-up), e.g. nightly retraining."""
     from pipelines.runner import check_cron, check_host, schedule

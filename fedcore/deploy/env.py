@@ -62,6 +62,9 @@ S3_SERVICE_URL = f"http://seaweedfs-s3.{K8S_NAMESPACE}.svc.cluster.local:8333"
 # CLIENT_NAMESPACE_LABEL on the namespace itself.
 CLIENT_POD_LABEL: tuple[str, str] = ("fedcore.io/client", "true")
 CLIENT_NAMESPACE_LABEL: tuple[str, str] = ("fedcore.io/clients", "allowed")
+# The pods of a multi-node stage's TrainJob carry this label too; NetworkPolicy trainjob-ranks
+# lets them reach each other (torchrun's rendezvous, gloo/NCCL on ephemeral ports).
+TRAINJOB_POD_LABEL: tuple[str, str] = ("fedcore.io/trainjob-rank", "true")
 
 # GPU scheduling used by k8s/overlays/gpu; pipeline tasks on GPU use the same values.
 GPU_RESOURCE = "nvidia.com/gpu"

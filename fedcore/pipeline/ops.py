@@ -45,13 +45,17 @@ def prepare(inp: RunInputs, data_dir: str | Path, report_dir: str | Path) -> dic
 
 def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Path,
               checkpoint_in: str | Path | None, out_dir: str | Path, parent_run_id: str = "", run_id: str = "",
-              label: str = "", data_uri: str = "", nproc: int | None = None) -> tuple[ExperimentConfig, str]:
+              label: str = "", data_uri: str = "", nproc: int | None = None,
+              trainjob: dict[str, Any] | None = None, **trainjob_api: Any) -> tuple[ExperimentConfig, str]:
     """Run one stage, resuming from the previous stage's run dir; returns (config, child run id).
 
     stages: what the pipeline was compiled for (the run-time method must declare the same).
     The first stage (no run_id) opens the child run; the last closes it (evaluate reopens it).
     nproc: processes for the stage (None: one per visible GPU on CUDA, so a pod given
     `--gpus N` trains on all N through torch.distributed; one on the CPU).
+    trainjob: the PipelineResources (as a dict) of a stage compiled with `workers > 1`: the
+    stage then runs as a Kubeflow Trainer TrainJob (`trainjob_stage`; trainjob_api: its `api`,
+    `namespace` and polling arguments, for tests) and `nproc` is not used.
     """
     from fedcore.pipeline.ranks import launch_stage, stage_callbacks
     from fedcore.pipeline.runs import fail_run, note_failure, open_child
@@ -71,11 +75,14 @@ def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Pat
         resume = checkpoint_in if stage != stages[0] else None
         keep_open = stage != stages[-1]
         extra = {"tags": {TASK_TAG: label} if label else None, "data_source": data_uri or None}
-        nproc = stage_processes(cfg) if nproc is None else nproc
-        if nproc > 1:
-            launch_stage(cfg, nproc, {"stage": stage, "data_dir": str(data_dir), "out_dir": str(out_dir),
-                                      "resume": None if resume is None else str(resume), "run_id": rid,
-                                      "keep_open": keep_open, "tracking": extra})
+        spec = {"stage": stage, "data_dir": str(data_dir), "out_dir": str(out_dir),
+                "resume": None if resume is None else str(resume), "run_id": rid, "keep_open": keep_open,
+                "tracking": extra}
+        nproc = 1 if trainjob else stage_processes(cfg) if nproc is None else nproc
+        if trainjob:
+            _on_trainjob(cfg, spec, trainjob, label, trainjob_api)
+        elif nproc > 1:
+            launch_stage(cfg, nproc, spec)
         else:
             run_experiment(cfg, out_dir, data=data_dir, resume=resume, stages=[stage],
                            callbacks=stage_callbacks(cfg, rid, keep_open, **extra))
@@ -86,6 +93,16 @@ def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Pat
             note_failure(inp, parent_run_id, label, err)
         raise
     return cfg, rid
+
+
+def _on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], trainjob: dict[str, Any], label: str,
+                 api: dict[str, Any]) -> None:
+    from fedcore.pipeline.resources import PipelineResources, check_accelerators
+    from fedcore.pipeline.trainjob_stage import run_on_trainjob
+
+    res = PipelineResources.model_validate(trainjob)
+    check_accelerators(res, cfg.train.device)  # the run-time config may have changed the device
+    run_on_trainjob(cfg, spec, res, spec["out_dir"], label=label or spec["stage"], **api)
 
 
 def stage_processes(cfg: ExperimentConfig) -> int:
@@ -164,12 +181,12 @@ def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep
 
 def stage_component(inp: RunInputs, stage: str, stages: list[str], label: str, dataset: Any, previous: Any,
                     checkpoint: Any, metrics: Any, tracking: Any, run_id: str, verdicts: Any = None,
-                    labels: Any = None) -> str:
+                    labels: Any = None, trainjob: dict[str, Any] | None = None) -> str:
     """A stage component's whole body, on its kfp artifacts: run the stage, log its summary to
     `metrics`, publish the verdicts and labels the component yields, tag the checkpoint; returns
-    the run id."""
+    the run id. trainjob: see `run_stage`."""
     summary, meta, rid = stage_task(inp, stage, stages, label, dataset, previous.path if previous else None,
-                                    checkpoint.path, tracking.path, run_id)
+                                    checkpoint.path, tracking.path, run_id, trainjob)
     for key, value in summary.items():
         metrics.log_metric(key, value)
     if verdicts is not None:
@@ -181,14 +198,15 @@ def stage_component(inp: RunInputs, stage: str, stages: list[str], label: str, d
 
 
 def stage_task(inp: RunInputs, stage: str, stages: list[str], label: str, dataset: Any, previous: str | None,
-               checkpoint: str, tracking: str, run_id: str) -> tuple[dict[str, float], dict[str, Any], str]:
+               checkpoint: str, tracking: str, run_id: str,
+               trainjob: dict[str, Any] | None = None) -> tuple[dict[str, float], dict[str, Any], str]:
     """What every stage component does: run the stage into `checkpoint` (artifact paths in;
     `dataset` is the input artifact, whose URI names the run's dataset source); returns
     (the stage's finite summary for its Metrics, the checkpoint's metadata, the run id)."""
     from fedcore.pipeline.runs import parent_of
 
     cfg, rid = run_stage(inp, stage, stages, dataset.path, previous, checkpoint, parent_of(tracking), run_id, label,
-                         getattr(dataset, "uri", "") or "")
+                         getattr(dataset, "uri", "") or "", trainjob=trainjob)
     summary = json.loads((Path(checkpoint) / "metrics.json").read_text())["summary"]
     meta = {"stage": stage, "method": cfg.method.name, "config_hash": cfg.config_hash(), "run_id": rid}
     return {k: float(v) for k, v in summary.items() if v is not None}, meta, rid

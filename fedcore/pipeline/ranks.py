@@ -1,11 +1,14 @@
-"""One pipeline stage over several processes (`ops.run_stage` in a pod with N GPUs), and the
-callbacks of a stage on any rank.
+"""One pipeline stage over several processes, and the callbacks of a stage on any rank.
 
     python -m torch.distributed.run --standalone --nproc-per-node N -m fedcore.pipeline.ranks SPEC.json
+    torchrun -m fedcore.pipeline.ranks s3://bucket/trainjobs/JOB/spec.json     # every TrainJob node
 
 SPEC holds the stage's config (as YAML, its hash checked) and `run_stage`'s arguments. Every
 rank runs the stage with the distributed executor; rank 0 alone writes the run dir and logs
-to the stage's MLflow child run, which the launching task opened.
+to the stage's MLflow child run, which the launching task opened. The first form is a pod with
+N GPUs (`ops.run_stage`); the second a Kubeflow Trainer TrainJob (`trainjob_stage`), whose
+spec names s3:// inputs and an `upload` prefix: rank 0 downloads the run dir to resume, trains
+into a local folder and uploads it there when the stage ends.
 """
 
 from __future__ import annotations
@@ -57,22 +60,47 @@ def main(spec_path: str) -> None:
     import yaml
 
     from fedcore.engine.distributed import init_distributed, shutdown
+    from fedcore.io import read_bytes
     from fedcore.models import resolve_device
     from fedcore.registries import config_from_dict
-    from fedcore.run import run_experiment
 
-    spec = json.loads(Path(spec_path).read_text())
+    spec = json.loads(read_bytes(spec_path))
     cfg = config_from_dict(yaml.safe_load(spec["config"]))
     if cfg.config_hash() != spec["config_hash"]:
         raise RuntimeError(f"the stage config changed on its way to the ranks ({cfg.config_hash()})")
     info = init_distributed(resolve_device(cfg.train.device))
     main_rank = info is None or info.is_main
     try:
-        run_experiment(cfg, spec["out_dir"], data=spec["data_dir"], resume=spec["resume"], stages=[spec["stage"]],
-                       callbacks=stage_callbacks(cfg, spec["run_id"], spec["keep_open"], main=main_rank,
-                                                 **spec.get("tracking", {})), dist=info)
+        if spec.get("upload"):
+            _run_remote(cfg, spec, info, main_rank)
+        else:
+            _run(cfg, spec, spec["out_dir"], spec["resume"], info, main_rank)
     finally:
         shutdown(info)
+
+
+def _run(cfg: ExperimentConfig, spec: dict[str, Any], out_dir: str, resume: str | None, info: Any,
+         main_rank: bool) -> None:
+    from fedcore.run import run_experiment
+
+    run_experiment(cfg, out_dir, data=spec["data_dir"], resume=resume, stages=[spec["stage"]],
+                   callbacks=stage_callbacks(cfg, spec["run_id"], spec["keep_open"], main=main_rank,
+                                             **spec.get("tracking", {})), dist=info)
+
+
+def _run_remote(cfg: ExperimentConfig, spec: dict[str, Any], info: Any, main_rank: bool) -> None:
+    """A TrainJob rank: the nodes share no disk, so rank 0 (the only reader of the checkpoint and
+    the only writer) stages the previous run dir from S3 and uploads the new one at the end."""
+    from fedcore.io import download_dir, upload_dir
+
+    with tempfile.TemporaryDirectory(prefix="fedcore-rank-") as tmp:
+        resume = spec["resume"]
+        if resume is not None and main_rank:
+            resume = str(download_dir(resume, Path(tmp) / "resume"))
+        out = Path(tmp) / "out"
+        _run(cfg, spec, str(out), resume, info, main_rank)
+        if main_rank:
+            upload_dir(out, spec["upload"])
 
 
 if __name__ == "__main__":

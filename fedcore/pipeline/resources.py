@@ -53,6 +53,11 @@ class PipelineResources(BaseModel):
     node_selector: dict[str, str] = Field(default_factory=lambda: dict(env.GPU_NODE_SELECTOR))
     tolerations: list[Toleration] = Field(default_factory=lambda: [Toleration(**env.GPU_TOLERATION)])
     retries: int = Field(2, ge=0, description="retries of a failed training stage (resumes the same config)")
+    workers: int = Field(1, ge=1, description="nodes per training stage; above 1 a stage runs as a Kubeflow "
+                         "Trainer TrainJob of that many nodes, `accelerators` GPUs (ranks) each")
+    trainjob_prefix: str = Field(f"s3://{env.S3_BUCKET}/trainjobs", description="s3:// prefix where a TrainJob "
+                                 "stage stages its inputs and rank 0 writes its run dir")
+    trainjob_timeout_s: float = Field(7 * 24 * 3600.0, gt=0, description="how long a stage waits for its TrainJob")
     secret: str = env.S3_SECRET
     config_map: str = env.RUNTIME_CONFIGMAP
     cache_pvc: str | None = env.DATASET_CACHE_PVC
@@ -64,13 +69,21 @@ class PipelineResources(BaseModel):
             request, limit = getattr(self, f"{kind}_request"), getattr(self, f"{kind}_limit")
             if quantity(limit) < quantity(request):
                 raise ValueError(f"{kind}_limit {limit} is below {kind}_request {request}")
+        if self.workers > 1 and not self.trainjob_prefix.startswith("s3://"):
+            # The nodes of a TrainJob share no disk with the stage's pod: S3 is what they all reach.
+            raise ValueError(f"trainjob_prefix must be an s3:// prefix for workers > 1, got '{self.trainjob_prefix}'")
         return self
 
     def with_cli(self, image: str | None = None, gpu_type: str | None = None, gpus: int | None = None,
-                 node_selector: list[str] | None = None, resource: list[str] | None = None) -> PipelineResources:
+                 node_selector: list[str] | None = None, resource: list[str] | None = None,
+                 workers: int | None = None) -> PipelineResources:
         """Apply CLI options (`--image`, `--gpu-type`, `--gpus`, `--node-selector k=v`,
-        `--resource field=value`, e.g. `--resource stage_memory_limit=32Gi`)."""
+        `--resource field=value`, e.g. `--resource stage_memory_limit=32Gi`, `--workers N`)."""
         update: dict[str, object] = {}
+        if workers is not None:
+            if workers < 1:
+                raise ConfigError(f"--workers must be >= 1 (nodes per training stage), got {workers}")
+            update["workers"] = workers
         if image:
             update["image"] = image
         if gpu_type:
@@ -92,9 +105,20 @@ class PipelineResources(BaseModel):
             raise ConfigError(f"bad task resources: {first['msg'].removeprefix('Value error, ')}") from None
 
 
-RESOURCE_FIELDS: tuple[str, ...] = tuple(
+RESOURCE_FIELDS: tuple[str, ...] = (*(
     f"{prefix}{kind}_{what}" for prefix in ("", "stage_") for kind in ("cpu", "memory") for what in ("request", "limit")
-)
+), "trainjob_prefix", "trainjob_timeout_s")
+
+
+def check_accelerators(res: PipelineResources, device: str) -> None:
+    """Refuse GPUs a stage could not use: with train.device=cpu, N > 1 GPUs per stage would sit
+    idle (on CUDA every GPU gets a rank, see `ops.stage_processes` and the TrainJob's
+    numProcPerNode). One GPU stays allowed: it is the default, and presets pinned to the CPU
+    compile with it."""
+    if res.accelerators > 1 and device == "cpu":
+        raise ConfigError(f"--gpus {res.accelerators} with train.device=cpu: the stage would hold "
+                          f"{res.accelerators} GPUs and train on none; set train.device=auto or cuda "
+                          "(one rank per GPU), or --gpus 0")
 
 
 # The S3 credentials come from the Secret; everything else a task reads from the ConfigMap.

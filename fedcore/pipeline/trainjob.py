@@ -1,14 +1,19 @@
-"""A Kubeflow Trainer TrainJob that runs one fedcore experiment over several nodes.
+"""A Kubeflow Trainer TrainJob that runs fedcore over several nodes.
 
 The TrainJob (trainer.kubeflow.org/v1alpha1) refers to Trainer's `torch-distributed`
 ClusterTrainingRuntime, which starts `numNodes` pods and sets torchrun's PET_* variables
 (nodes, processes per node, node rank, master address); the container's command is then
-`torchrun -m fedcore run ...`, the same entry point as `fedcore run --nproc`. Validation is
-offline, against the TrainJob CRD's OpenAPI schema vendored in fedcore/deploy/schemas/
-(Kubeflow Trainer v2.3.0; see the schema's `$comment` and scripts/vendor_trainjob_schema.py).
+`torchrun -m MODULE ARGS`. Two uses:
 
-Not yet wired into the pipelines: nothing submits this manifest or waits for it (see
-docs/distributed.md).
+- `trainjob_manifest`: `torchrun -m fedcore run ...`, a whole experiment (the entry point of
+  `fedcore run --nproc`), for users who apply the manifest themselves;
+- `stage_trainjob`: `torchrun -m fedcore.pipeline.ranks s3://.../spec.json`, one pipeline
+  stage; the stage task submits it and waits for it (`fedcore.pipeline.trainjob_stage`) when
+  `resources.workers > 1`.
+
+Validation is offline, against the TrainJob CRD's OpenAPI schema vendored in
+fedcore/deploy/schemas/ (Kubeflow Trainer v2.3.0; see the schema's `$comment` and
+scripts/vendor_trainjob_schema.py).
 """
 
 from __future__ import annotations
@@ -19,22 +24,43 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fedcore.deploy.env import CLIENT_POD_LABEL
+from fedcore.deploy.env import CLIENT_POD_LABEL, TRAINJOB_POD_LABEL
 from fedcore.pipeline.resources import CONFIG_MAP_KEYS, SECRET_KEYS, PipelineResources
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 RUNTIME = "torch-distributed"  # ClusterTrainingRuntime installed with Kubeflow Trainer
 SCHEMA = Path(__file__).resolve().parents[1] / "deploy" / "schemas" / "trainjob.v1alpha1.json"
 PATCH_MANAGER = "fedcore.io/pipeline"
+# The dataset-cache PVC is ReadWriteOnce and cannot follow pods onto several nodes, so a
+# TrainJob's pods stage s3:// datasets into their own scratch space (the image keeps /tmp writable).
+NODE_CACHE = "/tmp/fedcore-cache"
 
 
 def trainjob_manifest(name: str, run_args: Sequence[str], res: PipelineResources, nodes: int,
                       runtime: str = RUNTIME) -> dict[str, Any]:
-    """The TrainJob for `fedcore run <run_args>` on `nodes` nodes with `res.accelerators` GPUs each.
+    """The TrainJob for `fedcore run <run_args>` on `nodes` nodes with `res.accelerators` GPUs each."""
+    return build_trainjob(name, "fedcore", ["run", *run_args], res, nodes, runtime)
+
+
+def stage_trainjob(name: str, spec_uri: str, res: PipelineResources,
+                   owner: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The TrainJob of one pipeline stage: `res.workers` nodes run `fedcore.pipeline.ranks` on the
+    stage spec at `spec_uri` (s3://). owner: an ownerReference (the stage's pod), so that
+    deleting the pipeline run's pods deletes the job too."""
+    tj = build_trainjob(name, "fedcore.pipeline.ranks", [spec_uri], res, res.workers)
+    if owner:
+        tj["metadata"]["ownerReferences"] = [dict(owner)]
+    return tj
+
+
+def build_trainjob(name: str, module: str, args: Sequence[str], res: PipelineResources, nodes: int,
+                   runtime: str = RUNTIME) -> dict[str, Any]:
+    """`torchrun -m module args` on `nodes` nodes, `max(res.accelerators, 1)` ranks each.
 
     Every node gets the stage's CPU/memory requests, its GPUs, the S3 keys and the client
-    settings as env vars, and (through a runtime patch) the pod label the NetworkPolicies
-    admit, the service account, and the GPU node selector and tolerations.
+    settings as env vars (FEDCORE_CACHE: a scratch folder, see NODE_CACHE), and (through a
+    runtime patch) the pod labels the NetworkPolicies admit (MLflow and S3; one rank from
+    another), the service account, and the GPU node selector and tolerations.
     """
     gpus = res.accelerators
     resources: dict[str, Any] = {"requests": {"cpu": res.stage_cpu_request, "memory": res.stage_memory_request}}
@@ -42,21 +68,22 @@ def trainjob_manifest(name: str, run_args: Sequence[str], res: PipelineResources
         resources["limits"] = {res.accelerator_type: gpus}
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": res.secret, "key": k}}} for k in SECRET_KEYS]
     env += [{"name": k, "valueFrom": {"configMapKeyRef": {"name": res.config_map, "key": k, "optional": True}}}
-            for k in CONFIG_MAP_KEYS]
+            for k in CONFIG_MAP_KEYS if k != "FEDCORE_CACHE"]
+    env.append({"name": "FEDCORE_CACHE", "value": NODE_CACHE})
     pod: dict[str, Any] = {"serviceAccountName": res.service_account}
     if gpus:
         pod["nodeSelector"] = dict(res.node_selector)
         pod["tolerations"] = [t.model_dump(exclude_none=True) for t in res.tolerations]
     patch = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"spec": {"template": {
-            "metadata": {"labels": dict([CLIENT_POD_LABEL])}, "spec": pod}}}}]}}}}
+            "metadata": {"labels": dict([CLIENT_POD_LABEL, TRAINJOB_POD_LABEL])}, "spec": pod}}}}]}}}}
     return {
         "apiVersion": API_VERSION,
         "kind": "TrainJob",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "fedcore"}},
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime},
-            "trainer": {"image": res.image, "command": ["torchrun", "-m", "fedcore"], "args": ["run", *run_args],
+            "trainer": {"image": res.image, "command": ["torchrun", "-m", module], "args": list(args),
                         "numNodes": nodes, "numProcPerNode": max(gpus, 1), "resourcesPerNode": resources,
                         "env": env},
             "runtimePatches": [patch],

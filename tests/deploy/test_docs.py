@@ -92,3 +92,18 @@ def test_profile_and_gpu_names_match_env():
     assert f"{env.CLIENT_NAMESPACE_LABEL[0]}={env.CLIENT_NAMESPACE_LABEL[1]}" in GUIDE
     for name in env.ENV_VARS:
         assert f"`{name}`" in GUIDE, name
+
+
+def test_multi_node_section_installs_the_trainer_the_schema_comes_from_and_uses_real_options():
+    from fedcore.pipeline.trainjob import RUNTIME, trainjob_schema
+
+    version = re.search(r"Kubeflow Trainer (v[\d.]+)", trainjob_schema()["$comment"])[1]
+    assert f"manifests/overlays/manager?ref={version}" in GUIDE and f"overlays/runtimes?ref={version}" in GUIDE
+    assert f"kubectl get clustertrainingruntime {RUNTIME}" in GUIDE
+    assert f"{env.TRAINJOB_POD_LABEL[0]}={env.TRAINJOB_POD_LABEL[1]}" in GUIDE and "`trainjob-ranks`" in GUIDE
+    (flags,) = [f for f in re.findall(r"fedcore pipeline submit experiment \S+ --host \S+ ((?:--[\w-]+ \S+ ?)+)",
+                                      COMMANDS) if "--workers" in f]
+    result = CliRunner().invoke(cli.app, ["pipeline", "submit", "--help"])
+    assert result.exit_code == 0
+    for flag in re.findall(r"--[\w-]+", flags):
+        assert flag in result.stdout, flag

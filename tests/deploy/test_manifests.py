@@ -156,7 +156,7 @@ def test_network_policies_close_the_namespace_and_open_only_the_paths_needed(ren
     selects = {
         spec["podSelector"]["matchLabels"]["app.kubernetes.io/name"]: spec["ingress"]
         for name, spec in policies.items()
-        if name != "default-deny-ingress"
+        if name not in ("default-deny-ingress", "trainjob-ranks")
     }
     assert set(selects) == {"mlflow", "postgres", "seaweedfs"}
     assert selects["postgres"] == [
@@ -170,8 +170,26 @@ def test_network_policies_close_the_namespace_and_open_only_the_paths_needed(ren
     assert client in selects["mlflow"][0]["from"] and client in selects["seaweedfs"][0]["from"]
     labels = find(rendered["local"], "Namespace", env.K8S_NAMESPACE)["metadata"]["labels"]
     assert labels[env.CLIENT_NAMESPACE_LABEL[0]] == env.CLIENT_NAMESPACE_LABEL[1]
+    # The ranks of a TrainJob reach one another (rendezvous, collectives), and nothing else does.
+    ranks = {"matchLabels": dict([env.TRAINJOB_POD_LABEL])}
+    assert policies["trainjob-ranks"] == {"podSelector": ranks, "policyTypes": ["Ingress"],
+                                          "ingress": [{"from": [{"podSelector": ranks}]}]}
 
 
 def test_every_container_image_is_one_of_the_pinned_stack_images(rendered):
     images = {c["image"] for objs in rendered.values() for o in objs for c in containers(o)}
     assert images == {env.DEFAULT_IMAGE, env.MLFLOW_IMAGE, "postgres:16.10-alpine", "chrislusf/seaweedfs:4.00"}
+
+
+@pytest.mark.parametrize("overlay", deploy.OVERLAYS)
+def test_the_runner_may_submit_and_watch_trainjobs_in_its_namespace_only(rendered, overlay):
+    from fedcore.pipeline.trainjob import API_VERSION
+    from fedcore.pipeline.trainjob_stage import PLURAL
+
+    objects = rendered[overlay]
+    role = find(objects, "Role", env.PIPELINE_SERVICE_ACCOUNT)
+    assert role["metadata"]["namespace"] == env.K8S_NAMESPACE  # a Role, not a ClusterRole
+    rules = [r for r in role["rules"] if r["apiGroups"] == [API_VERSION.split("/")[0]]]
+    assert rules == [{"apiGroups": ["trainer.kubeflow.org"], "resources": [PLURAL],
+                      "verbs": ["create", "get", "watch", "delete"]}]
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]

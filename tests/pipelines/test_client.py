@@ -123,3 +123,16 @@ def test_compile_writes_a_package_from_the_default_config(tmp_path, capsys):
     code, stdout, _ = _cli(["pipeline", "compile", "sweep", "--out", str(out)], capsys)
     assert code == 0, stdout
     assert out.is_file() and "fedcore-sweep" in out.read_text()
+
+
+def test_submit_with_workers_sends_stage_tasks_that_submit_a_trainjob(kfp_api, capsys):
+    code, out, _ = _cli(["pipeline", "submit", "experiment", QUICK, "--host", kfp_api.url, "--workers", "2",
+                         "--gpus", "4"], capsys)
+    assert code == 0, out
+    spec = kfp_api.posted("/runs")[0]["pipeline_spec"]["pipeline_spec"]
+    tasks = [t for c in [spec["root"], *spec["components"].values()] if "dag" in c for t in c["dag"]["tasks"].values()]
+    stage = next(t for t in tasks if t["taskInfo"]["name"] == "fedavg-train")
+    trainjob = stage["inputs"]["parameters"]["trainjob"]["runtimeValue"]["constant"]
+    assert (trainjob["workers"], trainjob["accelerators"]) == (2, 4)
+    executor = spec["deploymentSpec"]["executors"]["exec-run-stage"]["container"]
+    assert "accelerator" not in executor["resources"]  # the TrainJob's nodes hold the GPUs, not this task

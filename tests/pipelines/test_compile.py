@@ -204,3 +204,43 @@ def test_retrain_runs_on_parameters_and_never_caches_the_decision(tmp_path):
     names = {tid: name for name, tid in _ids(spec).items()}
     assert {names[d] for d in tasks["champion"].dependent_tasks} >= {"fedavg-evaluate", "fedavg-train",
                                                                      "latest-snapshot"}
+
+
+def test_workers_2_makes_every_stage_task_submit_a_valid_trainjob(tmp_path):
+    from fedcore.pipeline.trainjob import stage_trainjob, validate_trainjob
+
+    res = RES.model_copy(update={"workers": 2})
+    cfg = config_from_dict({**CFG, "method": {"name": "fedsir"}})  # identify, relabel, train: three components
+    path = compile_pipeline(build_pipeline("experiment", cfg, PipelineOptions(resources=res)), tmp_path / "e.yaml")
+    spec, platform = load_specs(path)
+    stages = {n: t for n, t in _tasks(spec).items() if n.startswith("fedsir-") and n != "fedsir-evaluate"}
+    assert sorted(stages) == ["fedsir-identify", "fedsir-relabel", "fedsir-train"]
+    for name, task in stages.items():
+        value = json_format.MessageToDict(task.inputs.parameters["trainjob"])["runtimeValue"]["constant"]
+        submitted = PipelineResources.model_validate(value)
+        assert (submitted.workers, submitted.accelerators, submitted.image) == (2, 2, RES.image), name
+        tj = stage_trainjob("fc-x", "s3://fedcore/trainjobs/fc-x/spec.json", submitted)
+        assert validate_trainjob(tj) == [], name
+        assert (tj["spec"]["trainer"]["numNodes"], tj["spec"]["trainer"]["numProcPerNode"]) == (2, 2)
+        # The task itself only submits and waits: no GPU, no GPU pool, CPU-task sizes, retries kept.
+        container, k8s = _executor(spec, platform, task)
+        assert "accelerator" not in container["resources"] and "nodeSelector" not in k8s, name
+        assert container["resources"]["resourceMemoryLimit"] == RES.memory_limit
+        assert task.retry_policy.max_retry_count == 3
+
+
+def test_one_worker_compiles_as_before_without_a_trainjob(tmp_path):
+    _, spec, _ = _compile("experiment", tmp_path)
+    assert "trainjob" not in _tasks(spec)["fedavg-train"].inputs.parameters
+
+
+def test_gpus_a_cpu_stage_cannot_use_are_refused(tmp_path):
+    from fedcore.errors import ConfigError
+
+    cfg = config_from_dict({**CFG, "train": {"device": "cpu"}})
+    with pytest.raises(ConfigError, match="--gpus 2 with train.device=cpu: the stage would hold 2 GPUs"):
+        build_pipeline("experiment", cfg, PipelineOptions(resources=RES))
+    with pytest.raises(ConfigError, match="--gpus 2 with train.device=cpu"):  # a --set override counts too
+        build_pipeline("experiment", config_from_dict(CFG), PipelineOptions(resources=RES,
+                                                                            overrides=("train.device=cpu",)))
+    build_pipeline("experiment", cfg, PipelineOptions(resources=RES.model_copy(update={"accelerators": 1})))

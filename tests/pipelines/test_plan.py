@@ -109,3 +109,15 @@ def test_resources_from_cli_options():
         PipelineResources().with_cli(node_selector=["novalue"])
     with pytest.raises(ConfigError, match="--gpus"):
         PipelineResources().with_cli(gpus=-1)
+
+
+def test_workers_from_the_cli_and_their_bad_values():
+    assert PipelineResources().workers == 1  # one pod per stage, as before
+    res = PipelineResources().with_cli(workers=3, resource=["trainjob_prefix=s3://b/tj", "trainjob_timeout_s=600"])
+    assert (res.workers, res.trainjob_prefix, res.trainjob_timeout_s) == (3, "s3://b/tj", 600.0)
+    with pytest.raises(ConfigError, match=r"--workers must be >= 1 \(nodes per training stage\), got 0"):
+        PipelineResources().with_cli(workers=0)
+    with pytest.raises(ConfigError, match="trainjob_prefix must be an s3:// prefix for workers > 1, got '/runs'"):
+        PipelineResources().with_cli(workers=2, resource=["trainjob_prefix=/runs"])
+    with pytest.raises(ConfigError, match="bad task resources: .*greater than 0"):
+        PipelineResources().with_cli(resource=["trainjob_timeout_s=0"])

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from fedcore.pipeline.resources import PipelineResources
-from fedcore.pipeline.trainjob import trainjob_manifest, trainjob_schema, validate_trainjob
+from fedcore.pipeline.trainjob import stage_trainjob, trainjob_manifest, trainjob_schema, validate_trainjob
 
 ARGS = ["configs/quickstart.yaml", "--data", "s3://fedcore/data/q", "--out", "/runs/q"]
 
@@ -29,10 +29,27 @@ def test_gpu_trainjob_is_valid_and_runs_torchrun_on_every_gpu():
     assert tj["spec"]["runtimeRef"]["name"] == "torch-distributed"
     pod = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
     pod = pod["template"]["spec"]["template"]
-    assert pod["metadata"]["labels"] == {"fedcore.io/client": "true"}  # the NetworkPolicies admit it
+    # The NetworkPolicies admit it to MLflow and S3, and to the other ranks (k8s/base/networkpolicy.yaml).
+    assert pod["metadata"]["labels"] == {"fedcore.io/client": "true", "fedcore.io/trainjob-rank": "true"}
     assert pod["spec"]["nodeSelector"] and pod["spec"]["serviceAccountName"] == "fedcore-pipeline-runner"
     names = {e["name"] for e in trainer["env"]}
     assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_URI"} <= names
+    # No dataset-cache PVC on the nodes (ReadWriteOnce): the cache is each pod's scratch space.
+    assert [e for e in trainer["env"] if e["name"] == "FEDCORE_CACHE"] == [{"name": "FEDCORE_CACHE",
+                                                                           "value": "/tmp/fedcore-cache"}]
+
+
+def test_a_stage_trainjob_runs_the_ranks_on_its_spec_and_names_its_owner():
+    res = PipelineResources(image="reg/fedcore:1", accelerators=2, workers=3)
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u", "blockOwnerDeletion": False}
+    tj = stage_trainjob("fc-fedavg-train-0a1b2c3d", "s3://b/tj/fc-x/spec.json", res, owner)
+    assert validate_trainjob(tj) == []
+    trainer = tj["spec"]["trainer"]
+    assert trainer["command"] == ["torchrun", "-m", "fedcore.pipeline.ranks"]
+    assert trainer["args"] == ["s3://b/tj/fc-x/spec.json"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (3, 2)  # workers nodes x accelerators ranks
+    assert tj["metadata"]["ownerReferences"] == [owner]
+    assert "ownerReferences" not in stage_trainjob("fc-y", "s3://b/s.json", res)["metadata"]
 
 
 def test_cpu_trainjob_is_valid_without_gpu_placement():
