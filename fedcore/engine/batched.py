@@ -24,6 +24,7 @@ from torch import nn
 from fedcore.engine.executor import SequentialExecutor
 from fedcore.engine.program import LocalProgram
 from fedcore.engine.stacked import finish_stats, train_stacked
+from fedcore.engine.stacknet import StackedNet
 from fedcore.engine.types import ClientTask, ClientUpdate
 from fedcore.errors import ConfigError
 
@@ -134,6 +135,7 @@ class BatchedExecutor(SequentialExecutor):
             raise ValueError("cohort chunk must be >= 1")
         self.chunk = chunk
         self._auto: dict[Hashable, int] = {}
+        self._nets: dict[int, StackedNet] = {}  # per model (id): compiled once per run, not per chunk
 
     def chunk_for(self, p: LocalProgram) -> int:
         if self.chunk is not None:
@@ -142,6 +144,12 @@ class BatchedExecutor(SequentialExecutor):
         if key not in self._auto:
             self._auto[key] = auto_chunk(p)
         return self._auto[key]
+
+    def net_for(self, model: nn.Module) -> StackedNet:
+        net = self._nets.get(id(model))
+        if net is None or net.model is not model:  # (an id may be reused by a later model)
+            net = self._nets[id(model)] = StackedNet(model)
+        return net
 
     def run_clients(self, method: Any, tasks: Sequence[ClientTask]) -> list[ClientUpdate]:
         if len(tasks) < 2:
@@ -158,7 +166,8 @@ class BatchedExecutor(SequentialExecutor):
             chunk = self.chunk_for(programs[idx[0]])
             for s in range(0, len(idx), chunk):
                 part = idx[s:s + chunk]
-                for i, (params, sums, consts) in zip(part, train_stacked([programs[i] for i in part]), strict=True):
+                trained = train_stacked([programs[i] for i in part], self.net_for(programs[part[0]].model))
+                for i, (params, sums, consts) in zip(part, trained, strict=True):
                     out[i] = programs[i].finish(params, finish_stats(sums, programs[i].spec), consts)
         return out  # type: ignore[return-value]
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from fedcore.engine.drawn import Drawn
 from fedcore.engine.foptim import make_stacked_optimizer
 from fedcore.engine.program import LocalProgram, StackedStep
 from fedcore.engine.stacknet import StackedNet
@@ -82,8 +83,9 @@ class _Stack:
                 self.params[n] = torch.stack([p.params[n].detach() for p in programs])
                 self.start[n] = self.params[n].clone() if n in self.trainable else self.params[n]
         self.consts = _tree([p.consts for p in programs], torch.stack) if first.consts else {}
-        sizes = torch.tensor([p.data.n for p in programs], device=self.dev)
-        self.offsets = torch.cumsum(sizes, 0) - sizes
+        sizes = [p.data.n for p in programs]
+        self.starts = [sum(sizes[:r]) for r in range(len(sizes))]  # each client's first row in the fields
+        self.offsets = torch.tensor(self.starts, dtype=torch.long, device=self.dev)
         self.fields = {k: torch.cat([p.samples[k] for p in programs]) for k in first.samples}
         if first.inputs is None:
             self.fields["__idx"] = torch.cat([p.data.indices for p in programs])
@@ -148,11 +150,13 @@ def _batch(st: _Stack, first: LocalProgram, pos: list[Tensor], host: list[dict |
     return batch, w
 
 
-def train_stacked(programs: Sequence[LocalProgram]) -> list[tuple[Params, dict[str, Any], dict[str, Any]]]:
+def train_stacked(programs: Sequence[LocalProgram], net: StackedNet | None = None,
+                  ) -> list[tuple[Params, dict[str, Any], dict[str, Any]]]:
     """Train programs of one signature together -> per program (params, sums, consts), in order.
 
     sums: {"loss": summed batch losses (0-d tensor), "steps": optimizer steps, "logs": summed
-    logged terms (0-d tensors)}; see `finish_stats`.
+    logged terms (0-d tensors)}; see `finish_stats`. net: the programs' model stacked (default:
+    built here; a caller training many chunks passes one, as building it costs milliseconds).
     """
     steps = [num_steps(p.data.n, p.spec) for p in programs]
     order = sorted(range(len(programs)), key=lambda i: -steps[i])  # stable: longest runs first
@@ -160,26 +164,40 @@ def train_stacked(programs: Sequence[LocalProgram]) -> list[tuple[Params, dict[s
     first = progs[0]
     first.model.train()  # as train_local (the functional calls read the module's mode)
     st = _Stack(progs)
-    net = StackedNet(first.model)
+    net = net if net is not None else StackedNet(first.model)
     its = [_positions(p, p.gen) for p in progs]
-    for s in range(steps[order[0]]):
-        st.k = sum(1 for i in order if steps[i] > s)  # rows still training form a prefix
-        pos = [next(its[r], None) for r in range(st.k)]
-        if any(p is None for p in pos):
-            raise RuntimeError(f"a client ran out of batches before its predicted {steps[order[0]]} steps")
-        host = [progs[r].inputs(pos[r]) if progs[r].inputs is not None else None for r in range(st.k)]
-        _step(st, first, net, pos, host)
-    for r, it in enumerate(its):
-        if next(it, None) is not None:
-            raise RuntimeError(f"client {progs[r].data.cid} has more batches than its predicted {steps[order[r]]}")
+    plan = [steps[i] for i in order]
+    # Without a host hook only the shuffles draw from the generators: draw the round up front.
+    drawn = None if first.inputs is not None else Drawn(
+        st.fields, first.data.store, its, plan, st.starts, first.spec.batch_size, st.loss_sum.dtype, st.dev)
+    for s in range(plan[0] if plan else 0):
+        st.k = sum(1 for n in plan if n > s)  # rows still training form a prefix
+        if drawn is not None:
+            batch, w = drawn.batch(s, st.k)
+        else:
+            batch, w = _drawn_now(st, first, its, progs, plan)
+        _step(st, first, net, batch, w)
+    if drawn is None:
+        for r, it in enumerate(its):
+            if next(it, None) is not None:
+                raise RuntimeError(f"client {progs[r].data.cid} has more batches than its predicted {plan[r]}")
     out: list[Any] = [None] * len(programs)
     for r, i in enumerate(order):
         out[i] = st.take(r, steps[i])
     return out
 
 
-def _step(st: _Stack, first: LocalProgram, net: StackedNet, pos: list[Tensor], host: list[dict | None]) -> None:
-    batch, w = _batch(st, first, pos, host)
+def _drawn_now(st: _Stack, first: LocalProgram, its: list[Iterator[Tensor]], progs: Sequence[LocalProgram],
+               plan: list[int]) -> tuple[dict, Tensor]:
+    """This step's batch, drawn step by step: the inputs hook draws from the generators between shuffles."""
+    pos = [next(its[r], None) for r in range(st.k)]
+    if any(p is None for p in pos):
+        raise RuntimeError(f"a client ran out of batches before its predicted {plan[0]} steps")
+    host = [progs[r].inputs(pos[r]) if progs[r].inputs is not None else None for r in range(st.k)]
+    return _batch(st, first, pos, host)
+
+
+def _step(st: _Stack, first: LocalProgram, net: StackedNet, batch: dict, w: Tensor) -> None:
     params, leaves = st.step_params()
     loss, logs = _client_losses(first, net, params, st, batch, w)
     grads = torch.autograd.grad(loss.sum(), leaves, allow_unused=True)

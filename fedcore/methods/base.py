@@ -235,7 +235,9 @@ class StagedMethod:
     def batched_loss(self, step: StackedStep) -> torch.Tensor:
         """Per-sample twin of `loss` over the stack: (K * B,) values whose per-client means are the loss."""
         logits = step.net(step.params, step.batch["x"])
-        return self.base_loss(step.flat(logits), step.flat(step.batch["y"]), reduction="none")
+        if self.ctx is not None and self.ctx.task == "multi":
+            return self.base_loss(step.flat(logits), step.flat(step.batch["y"]), reduction="none")
+        return losses.ce_stacked(logits, step.batch["y"])
 
     def batched_regularizer(self, step: StackedStep) -> torch.Tensor | None:
         """Twin of `regularizer`: (K,) per-client terms added to each client's batch loss, or None."""

@@ -173,8 +173,7 @@ class FedSIR(NoiseAwareMethod):
 
     def batched_loss(self, step) -> torch.Tensor:
         if step.static["identify"]:
-            logits = step.net(step.params, step.batch["x"])
-            return losses.ce(step.flat(logits), step.flat(step.batch["y"]), reduction="none")
+            return losses.ce_stacked(step.net(step.params, step.batch["x"]), step.batch["y"])
         return super().batched_loss(step)
 
     # -- server: updates -----------------------------------------------------------------------

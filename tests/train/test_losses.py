@@ -39,6 +39,23 @@ def test_reductions():
         L.ce(logits, y, reduction="avg")
 
 
+def test_ce_stacked_is_per_sample_ce_by_hand_and_bitwise_the_flat_form():
+    # Prepare: two clients of two samples; client 0's first row is the (1/4, 3/4) case
+    logits = torch.tensor([[[0.0, LN3], [0.0, 0.0]], [[LN3, 0.0], [0.0, LN3]]])  # (K=2, B=2, C=2)
+    y = torch.tensor([[1, 0], [1, 0]])
+    grid = torch.randn(3, 10, 32, generator=torch.Generator().manual_seed(0)).transpose(1, 2)  # as the grouped head
+    labels = torch.randint(0, 10, (3, 32), generator=torch.Generator().manual_seed(1))
+
+    # Execute
+    per = L.ce_stacked(logits, y)
+    fast, flat = L.ce_stacked(grid, labels), L.ce(grid.reshape(96, 10), labels.reshape(-1), reduction="none")
+
+    # Assert: -log p_y per sample, shape (K, B); the same bits as the row-per-sample form
+    assert per.shape == (2, 2)
+    assert close(per, torch.tensor([[math.log(4 / 3), math.log(2)], [math.log(4), math.log(4)]]))
+    assert torch.equal(fast, flat.view(3, 32))
+
+
 def test_sce_two_class_by_hand():
     # y = 0, p_y = 1/4: CE = ln 4; RCE = -(1/4 * log 1 + 3/4 * (-4)) = 3.
     value = L.sce(QUARTERS, torch.tensor([0]), alpha=0.1, beta=1.0)
