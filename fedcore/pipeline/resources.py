@@ -107,7 +107,7 @@ class PipelineResources(BaseModel):
 
 RESOURCE_FIELDS: tuple[str, ...] = (*(
     f"{prefix}{kind}_{what}" for prefix in ("", "stage_") for kind in ("cpu", "memory") for what in ("request", "limit")
-), "trainjob_prefix", "trainjob_timeout_s")
+), "retries", "trainjob_prefix", "trainjob_timeout_s")
 
 
 def check_accelerators(res: PipelineResources, device: str) -> None:

@@ -29,7 +29,10 @@ def package(tmp_path_factory):
     del data["tracking"]  # the CLI turns tracking on; MLFLOW_TRACKING_URI says where
     config = root / "tiny.yaml"
     config.write_text(yaml.safe_dump(data))
-    main(["pipeline", "compile", "experiment", str(config), "--out", str(root / "experiment.yaml")])
+    # retries=0: kfp.local honours a task's retry policy, and the default (2 retries, 60 s backoff
+    # doubling) would sleep 3 minutes before the failure test below sees its failure.
+    main(["pipeline", "compile", "experiment", str(config), "--out", str(root / "experiment.yaml"),
+          "--resource", "retries=0"])
     return root
 
 
