@@ -5,8 +5,7 @@ from kfp import dsl
 
 from components import champion, latest_snapshot, prepare_data, start_tracking
 from fedcore.config import ExperimentConfig
-from fedcore.errors import ConfigError
-from fedcore.pipeline.plan import apply, config_input, stage_shape
+from fedcore.pipeline.plan import apply, config_input, require_served_model, stage_shape
 from fedcore.pipeline.resources import PipelineResources
 from pipelines.common import EXPERIMENT_RUN, evaluation, exit_task, light, stage_chain
 
@@ -17,9 +16,7 @@ def build(cfg: ExperimentConfig, res: PipelineResources | None = None, data_pref
     parameters (defaults baked in here). An empty data_prefix trains on the config's own `data.root`."""
     res = res or PipelineResources()
     run_cfg = apply(cfg, overrides)
-    if not run_cfg.tracking.log_model:
-        raise ConfigError("the retrain pipeline registers each run's served MLflow model; "
-                          "drop tracking.log_model=false")
+    require_served_model(run_cfg)
     config_default, method, shape = config_input(cfg), run_cfg.method.name, stage_shape(run_cfg)
     default_model = model_name or f"fedcore-{run_cfg.data.name}-{method}"
     default_overrides = list(overrides)

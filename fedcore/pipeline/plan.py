@@ -81,6 +81,14 @@ def apply(cfg: ExperimentConfig, overrides: list[str] | tuple[str, ...]) -> Expe
     return config_from_dict(cfg.to_dict(), list(overrides))
 
 
+def require_served_model(cfg: ExperimentConfig) -> None:
+    """The retrain pipeline registers each run's served MLflow model, so its runs must log one
+    (checked at compile time and again at decision time, where a run-time override may differ)."""
+    if not cfg.tracking.log_model:
+        raise ConfigError("the retrain pipeline registers each run's served MLflow model; "
+                          "drop tracking.log_model=false")
+
+
 def stage_names(cfg: ExperimentConfig) -> tuple[str, ...]:
     return tuple(name for name, _ in stage_shape(cfg))
 

@@ -18,6 +18,7 @@ import torch
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError, DataError, UserError
 from fedcore.io import latest_under, write_bytes
+from fedcore.pipeline.plan import require_served_model
 from fedcore.registries import config_from_dict
 
 METRIC = "test/acc"  # single-label runs; multi-label runs are scored on MULTI_METRIC
@@ -91,8 +92,7 @@ def champion_decision(cfg: ExperimentConfig, model_name: str, run_id: str, data_
 
     if cfg.tracking.backend == "none" or not run_id:
         raise ConfigError("retrain registers models in MLflow; set tracking.backend: mlflow")
-    if not cfg.tracking.log_model:  # a run-time override can still turn it off after compiling
-        raise ConfigError("retrain registers the run's served MLflow model; drop tracking.log_model=false")
+    require_served_model(cfg)  # a run-time override can still turn it off after compiling
     fed = FederatedDataset.load(data_dir)
     registry = ModelRegistry(cfg.tracking.uri, Path.cwd())
     candidate_sd = torch.load(Path(run_dir) / "model.pt", map_location="cpu", weights_only=True)

@@ -9,7 +9,7 @@ import torch
 from mlflow import MlflowClient
 
 from fedcore.data.federated import FederatedDataset
-from fedcore.errors import DataError
+from fedcore.errors import ConfigError, DataError
 from fedcore.models import build_model
 from fedcore.pipeline import ops
 from fedcore.pipeline.inputs import RunInputs
@@ -39,6 +39,17 @@ def test_latest_snapshot_picks_the_greatest_name(tmp_path):
     assert latest_snapshot("") == ""
     with pytest.raises(DataError, match="no data snapshot"):
         latest_snapshot(str(tmp_path / "empty"))
+
+
+def test_decision_refuses_a_run_that_logged_no_served_model(tmp_path):
+    # A run-time override can turn log_model off after the pipeline compiled: the decision
+    # refuses before it reads or registers anything.
+    data = tiny_config(tmp_path, experiment="retrain")
+    data["tracking"]["log_model"] = False
+    cfg = config_from_dict(data)
+    with pytest.raises(ConfigError, match="drop tracking.log_model=false"):
+        champion_decision(cfg, "digits-clf", "run-id", tmp_path / "missing", tmp_path / "missing", tmp_path / "d")
+    assert not (tmp_path / "d").exists()
 
 
 def _zero_run(cfg, fed, trained_dir, out):
