@@ -40,6 +40,18 @@ if [ "$MODE" = fmnist ]; then
   # shellcheck disable=SC2086
   SEEDS=0 fm_queue fedgr_sym fedgr-text $TEXT
   SEEDS=0 fm_queue fedgr_sym fedgr-probe -s $P.sieve_timing=probe
+  # The B audit (ours, seed 0 of mixed): the teacher as the current global model (gamma_g 0: the
+  # round-start revision keeps none of the client's own EMA), and the authors' local optimizer
+  # (SGD lr 0.01, momentum 0.5) for FedAvg and FedGR, since B distils a client's lagged local model.
+  SEEDS=0 fm_queue fedgr_mixed fedgr-teacher_global -s $P.gamma_g=0
+  SEEDS=0 fm_queue fedgr_mixed fedavg-sgd_authors -s method.name=fedavg "-s method.params={}" "-s train.stage_rounds={}" \
+    -s train.lr=0.01 -s train.momentum=0.5
+  SEEDS=0 fm_queue fedgr_mixed fedgr-sgd_authors -s train.lr=0.01 -s train.momentum=0.5
+  # B with student and teacher on the plain image (no view mismatch), with and without B.
+  SEEDS=0 fm_queue fedgr_mixed fedgr-plain -s $P.views=plain
+  SEEDS=0 fm_queue fedgr_mixed fedgr-plain-no_b -s $P.views=plain -s $P.ema_distill=false
+  # B kept off the samples the refined CE skips (ours, a diagnostic: distill_on=kept).
+  SEEDS=0 fm_queue fedgr_mixed fedgr-b_kept -s $P.distill_on=kept
   fm_go fedgr_sym fedgr_mixed
   $PY docs/results/fedgr_table.py "$FMNIST_OUT"
   exit 0
