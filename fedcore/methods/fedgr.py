@@ -45,7 +45,7 @@ code applies it twice: gamma_l = 0.99**2 reproduces that); a client without a si
 trains on its given labels (q = 1). Every client receives the whole sieve mapping in its
 instructions (a simulation shortcut). `sieve_by=class` (ours, a diagnostic outside the paper)
 fits one GMM per given class, with the given labels uploaded beside the surrogates;
-`distill_on=kept` (ours, a diagnostic) keeps B off the samples the refined CE skips.
+`distill_on=weighted` (ours, a diagnostic) weighs each sample's B as its refined CE.
 docs/results/fedgr.md has the numbers.
 """
 
@@ -263,8 +263,8 @@ class FedGR(StagedMethod):
             terms = {"sr": weighted_soft_ce(logits, extras["targets"][pos], extras["weights"][pos])}
         if not warm and p.ema_distill:
             per = losses.kd_kl(logits, extras["teacher"][pos], T=p.tau, reduction="none")
-            if p.distill_on == "kept":  # divided by the whole batch, as the refined CE is
-                per = per * (extras["weights"][pos] > 0).to(per.dtype)
+            if p.distill_on == "weighted":  # divided by the whole batch, as the refined CE is
+                per = per * extras["weights"][pos].to(per.dtype)
             terms["b"] = per.mean()
         if p.rep_reg and (p.warmup_rep_reg or not warm):
             with torch.no_grad():

@@ -61,10 +61,10 @@ class FedGRParams(MethodParams):
     )
     tau: float = Field(0.5, gt=0.0, description="distillation temperature [v1: 1]")
     lambda_b: float = Field(1.0, ge=0.0, description="weight of the EMA distillation term B")
-    distill_on: Literal["all", "kept"] = Field(
-        "all", description="all: B on every sample (paper, authors' code); kept (ours, a diagnostic): B only "
-        "on samples the refined CE still trains (weight > 0), so a sample the sieve took its label from "
-        "is not taught the model's own prediction"
+    distill_on: Literal["all", "weighted"] = Field(
+        "all", description="all: B on every sample at weight 1 (paper, authors' code); weighted (ours, a "
+        "diagnostic): each sample's B weighs what its refined CE weighs (q for a flagged uncached sample, 0 "
+        "for a skipped one), so a sample the sieve took its label from is not taught the model's own prediction"
     )
     # -- representation regularizer (R) -----------------------------------------------------
     rep_reg: bool = Field(True, description="False: no representation regularizer (w/o R)")

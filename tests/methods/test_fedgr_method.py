@@ -278,13 +278,13 @@ def test_clean_digits_fedgr_stays_near_fedavg(tmp_path):
     assert acc["fedgr"] >= acc["fedavg"] - 0.05, acc
 
 
-def test_distill_on_kept_drops_b_exactly_on_the_samples_the_refined_ce_skips(fed):
+def test_distill_on_weighted_weighs_b_as_the_refined_ce(fed):
     # refine=False selects the GMM-clean samples: with q alternating 0 / 1 the even positions
-    # are skipped, so B on `kept` is the per-sample KL of the odd ones over the whole batch.
+    # weigh 0, so `weighted` B is the per-sample KL of the odd ones over the whole batch.
     from fedcore.train import losses
 
     rows = {}
-    for on in ("all", "kept"):
+    for on in ("all", "weighted"):
         method, state = make_method(fed, refine=False, distill_on=on)
         n = method.ctx.clients[0].n
         task = task_for(method, state, sieve={0: {"q": (np.arange(n) % 2).astype(float), "rate": 0.5}})
@@ -297,6 +297,6 @@ def test_distill_on_kept_drops_b_exactly_on_the_samples_the_refined_ce_skips(fed
             per = losses.kd_kl(method.model(batch.x), extras["teacher"][pos], T=method.params.tau, reduction="none")
             rows[on] = (float(method.loss_terms(method.model, batch, extras)["b"]), per)
     per = rows["all"][1]
-    assert torch.equal(per, rows["kept"][1]) and float(per[0::2].sum()) > 0  # same views, same teacher
+    assert torch.equal(per, rows["weighted"][1]) and float(per[0::2].sum()) > 0  # same views, same teacher
     assert rows["all"][0] == pytest.approx(float(per.mean()), rel=1e-5)
-    assert rows["kept"][0] == pytest.approx(float(per[1::2].sum()) / 16, rel=1e-5)
+    assert rows["weighted"][0] == pytest.approx(float(per[1::2].sum()) / 16, rel=1e-5)
