@@ -34,6 +34,7 @@ if [ "$MODE" = fmnist ]; then
     fm_queue $preset fedgr-no_b -s $P.ema_distill=false
     fm_queue $preset fedgr-no_r -s $P.rep_reg=false
     fm_queue $preset fedgr-classwise -s $P.sieve_by=class  # ours: the diagnosis below
+    fm_queue $preset fedgr-plain-no_b -s $P.views=plain -s $P.ema_distill=false  # the best FedGR here
   done
   # shellcheck disable=SC2086
   SEEDS=0 fm_queue fedgr_sym fedgr-v1 $V1
@@ -49,9 +50,10 @@ if [ "$MODE" = fmnist ]; then
   SEEDS=0 fm_queue fedgr_mixed fedgr-sgd_authors -s train.lr=0.01 -s train.momentum=0.5
   # B with student and teacher on the plain image (no view mismatch), with and without B.
   SEEDS=0 fm_queue fedgr_mixed fedgr-plain -s $P.views=plain
-  SEEDS=0 fm_queue fedgr_mixed fedgr-plain-no_b -s $P.views=plain -s $P.ema_distill=false
+  SEEDS=0 fm_queue fedgr_sym fedgr-plain -s $P.views=plain
   # Each sample's B weighted as its refined CE (ours, a diagnostic: distill_on=weighted).
   SEEDS=0 fm_queue fedgr_mixed fedgr-b_weighted -s $P.distill_on=weighted
+  SEEDS=0 fm_queue fedgr_mixed fedgr-plain-b01 -s $P.views=plain -s $P.lambda_b=0.1
   fm_go fedgr_sym fedgr_mixed
   $PY docs/results/fedgr_table.py "$FMNIST_OUT"
   exit 0

@@ -24,7 +24,7 @@ ORDER = ["fedavg", "fedprox", "coteaching", "fedcorr", "dividemix", "fedgr", "fe
          "fedgr-no_b", "fedgr-no_r", "fedgr-classwise", "fedgr-v1", "fedgr-text", "fedgr-probe",
          # the B audit (mixed, seed 0): teacher = w^t, the authors' optimizer, plain views, weighted B
          "fedgr-teacher_global", "fedavg-sgd_authors", "fedgr-sgd_authors", "fedgr-plain", "fedgr-plain-no_b",
-         "fedgr-b_weighted"]
+         "fedgr-b_weighted", "fedgr-plain-b01"]
 PRESETS = ["fedgr_sym", "fedgr_mixed", "digits_sym", "digits_mixed"]
 COLUMNS = [("acc", "acc last-10 (%)", 100, 1), ("best", "best round (%)", 100, 1),
            ("pearson_after", "r_k Pearson after warm-up", 1, 2), ("pearson", "r_k Pearson last", 1, 2),
