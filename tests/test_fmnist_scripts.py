@@ -100,8 +100,15 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
     res = script(fake, "docs/results/fedgr.sh", str(out), "1", "fmnist")
     runs = calls(fake, "run")
     # 2 presets x (7 baselines + FedAvg clean + FedGR + FedGR clean + 4 ablations + the class-wise
-    # sieve) x 3 seeds, and FedGR v1, spec text and probe timing on seed 0 of the sym preset.
-    assert len(runs) == 2 * 15 * 3 + 3
+    # sieve + plain views w/o B) x 3 seeds; FedGR v1, spec text and probe timing on seed 0 of the
+    # sym preset; the B audit on seed 0: six rows on mixed and plain views on sym.
+    assert len(runs) == 2 * 16 * 3 + 3 + 7
+    audit = ["fedgr-teacher_global", "fedavg-sgd_authors", "fedgr-sgd_authors", "fedgr-plain", "fedgr-b_weighted",
+             "fedgr-plain-b01"]
+    assert sorted(r.split("--out ")[1].split()[0] for r in runs if any(f"/{a}/" in r for a in audit)) == \
+        sorted([f"{out}/fedgr_mixed/{a}/s0" for a in audit] + [f"{out}/fedgr_sym/fedgr-plain/s0"])
+    assert sum("method.params.distill_on=weighted" in r for r in runs) == 1
+    assert sum("method.params.ema_distill=false" in r and "views=plain" in r for r in runs) == 6
     for row in ("fedgr-clean", "fedavg-clean"):
         mine = [r for r in runs if f"/{row}/" in r]
         assert len(mine) == 6 and all("/data-clean-s" in r for r in mine)
