@@ -78,10 +78,9 @@ def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Pat
         spec = {"stage": stage, "data_dir": str(data_dir), "out_dir": str(out_dir),
                 "resume": None if resume is None else str(resume), "run_id": rid, "keep_open": keep_open,
                 "tracking": extra}
-        nproc = 1 if trainjob else stage_processes(cfg) if nproc is None else nproc
         if trainjob:
             _on_trainjob(cfg, spec, trainjob, label, trainjob_api)
-        elif nproc > 1:
+        elif (nproc := stage_processes(cfg) if nproc is None else nproc) > 1:
             launch_stage(cfg, nproc, spec)
         else:
             run_experiment(cfg, out_dir, data=data_dir, resume=resume, stages=[stage],
