@@ -79,16 +79,19 @@ def test_fedsir_fmnist_mode_shares_data_skips_and_resumes(tmp_path: Path, fake: 
     assert calls(fake, "data") == []
 
 
-@pytest.mark.parametrize(("args", "presets", "own_rows"), [
-    (["docs/results/fedrg.sh", "fmnist", "{out}"], 4, 7),  # + FedRG and its 6 v2 variants
-    (["docs/results/baselines.sh", "fmnist", "{out}"], 8, 0),
+@pytest.mark.parametrize(("args", "presets", "own_rows", "probes"), [
+    # + FedRG, its 3 v2 variants and their combination; 2 exploratory rows on seed 0 only
+    (["docs/results/fedrg.sh", "fmnist", "{out}"], 4, 5, 2),
+    (["docs/results/baselines.sh", "fmnist", "{out}"], 8, 0, 0),
 ])
 def test_other_docs_queue_every_baseline_on_their_presets(tmp_path: Path, fake: dict, args: list, presets: int,
-                                                          own_rows: int):
+                                                          own_rows: int, probes: int):
     out = tmp_path / "fm"
     res = script(fake, *[a.format(out=out) for a in args])
     runs = calls(fake, "run")
-    assert len(runs) == presets * (8 + own_rows) * 3  # 7 baselines + FedAvg on clean labels
+    assert len(runs) == presets * ((8 + own_rows) * 3 + probes)  # 7 baselines + FedAvg on clean labels
+    assert sorted({r.split("--out ")[1].split()[0].rsplit("/", 1)[1] for r in runs if "/fedrg-post_t" in r}) == \
+        (["s0"] if probes else [])
     assert all("train.stage_rounds={}" in r for r in runs if "method.name=" in r)  # baselines drop FedRG's
     for m in ("fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix"):
         assert sum(f"method.name={m} " in r for r in runs) == presets * 3 * (2 if m == "fedavg" else 1)
