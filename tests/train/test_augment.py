@@ -143,3 +143,26 @@ def test_affine_theta_is_identity_when_no_geometric_op_is_drawn():
 def test_wrong_channel_count_is_rejected():
     with pytest.raises(ValueError, match=r"expected \(B, 1, H, W\)"):
         DIGITS.weak(torch.zeros(2, 3, 8, 8), gen(0))
+
+
+def _whole_batch_reference():
+    """The earlier `strong`, every op over the whole batch (benchmarks/augment_throughput.py)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "augment_throughput.py"
+    spec = importlib.util.spec_from_file_location("augment_throughput", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.strong_whole_batch
+
+
+@pytest.mark.parametrize(("b", "c", "size", "num_ops"), [(32, 1, 28, 2), (7, 3, 16, 2), (5, 1, 8, 3), (1, 3, 8, 1)])
+def test_strong_on_the_drawing_rows_only_equals_the_whole_batch_form_bit_for_bit(b, c, size, num_ops):
+    reference = _whole_batch_reference()
+    for seed in range(12):
+        x = torch.rand(b, c, size, size, generator=gen(100 + seed))
+        got = A.strong(x, gen(seed), num_ops=num_ops)
+        assert torch.equal(got, reference(x, gen(seed), num_ops=num_ops)), seed
+        assert not torch.equal(got, x)  # the views do change the images
+
