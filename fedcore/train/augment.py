@@ -164,13 +164,17 @@ def cutout(x: torch.Tensor, gen: Gen, frac: float, fill: float = 0.5) -> torch.T
 _WHOLE_BATCH = ("sharpness",)
 
 
-def _on_rows(x: torch.Tensor, rows: torch.Tensor, fn) -> torch.Tensor:
-    """x with fn applied to the samples where `rows` (B,) is True; fn(x_sub, idx) sees only those.
+def _on_rows(x: torch.Tensor, rows: torch.Tensor, fn, gather: bool) -> torch.Tensor:
+    """x with fn applied to the samples where `rows` (B,) is True; fn(v, idx) gets v = x[idx].
 
-    The ops run this way work per sample with elementwise or per-image arithmetic, so a row
-    comes out as it would from a whole-batch call (a test checks it bit for bit); with 2 ops
-    drawn from 12, an op is drawn by about 1 sample in 6.
+    gather: run fn on those samples only. The ops run this way work per sample with
+    elementwise or per-image arithmetic, so a row comes out as from a whole-batch call (a
+    test checks it bit for bit); with 2 ops drawn from 12, an op is drawn by 1 sample in 6.
+    Otherwise fn runs over the whole batch (idx = all) and torch.where keeps the rows: the
+    gather needs the row count on the host, which is a sync per op on an accelerator.
     """
+    if not gather:
+        return torch.where(_per_sample(rows), fn(x, slice(None)), x)
     idx = rows.nonzero().squeeze(1)
     if idx.numel() == 0:
         return x
@@ -204,12 +208,11 @@ def strong(
     signs = torch.stack([_sign(gen, b, dev) for _ in ops])  # (K, B)
     k_geo = len(GEOMETRIC)
     theta = _affine_theta({o: act[:, i] for i, o in enumerate(GEOMETRIC)}, signs[:k_geo])
-    x = _on_rows(x, chosen[:, :k_geo].any(1), lambda v, idx: _warp(v, theta[idx]))
+    gather = dev.type == "cpu"
+    x = _on_rows(x, chosen[:, :k_geo].any(1), lambda v, idx: _warp(v, theta[idx]), gather)
     for i, op in enumerate(ops[k_geo:], start=k_geo):
-        if op in _WHOLE_BATCH:
-            x = torch.where(_per_sample(chosen[:, i]), _photometric(x, op, act[:, i], signs[i]), x)
-        else:
-            x = _on_rows(x, chosen[:, i], lambda v, idx, i=i, op=op: _photometric(v, op, act[idx, i], signs[i, idx]))
+        x = _on_rows(x, chosen[:, i], lambda v, idx, i=i, op=op: _photometric(v, op, act[idx, i], signs[i, idx]),
+                     gather and op not in _WHOLE_BATCH)
     return cutout(x, gen, cutout_frac) if cutout_frac > 0 else x
 
 
