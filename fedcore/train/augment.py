@@ -216,6 +216,73 @@ def strong(
     return cutout(x, gen, cutout_frac) if cutout_frac > 0 else x
 
 
+def _resized_crop_theta(gen: Gen, b: int, dev: torch.device, min_scale: float, flip: bool) -> torch.Tensor:
+    """(B, 2, 3) theta: a crop of area U(min_scale, 1) and aspect in [3/4, 4/3], resized to
+    the full image, mirrored for half the samples when `flip`."""
+    area = _rand(gen, (b,), dev, min_scale, 1.0)
+    log_r = _rand(gen, (b,), dev, math.log(3 / 4), math.log(4 / 3))
+    sw = torch.sqrt(area * log_r.exp()).clamp(max=1.0)
+    sh = torch.sqrt(area / log_r.exp()).clamp(max=1.0)
+    cx = _rand(gen, (b,), dev, -1.0, 1.0) * (1 - sw)
+    cy = _rand(gen, (b,), dev, -1.0, 1.0) * (1 - sh)
+    mirror = _sign(gen, b, dev) if flip else torch.ones(b, device=dev)
+    zero = torch.zeros_like(sw)
+    return torch.stack([torch.stack([sw * mirror, zero, cx], -1), torch.stack([zero, sh, cy], -1)], -2)
+
+
+def _hue_rotate(x: torch.Tensor, hue: torch.Tensor) -> torch.Tensor:
+    """Shift hue by `hue` turns (B,) as a rotation of RGB about the grey axis (keeps grey grey)."""
+    ang = 2 * math.pi * hue
+    k = torch.full((3,), 1 / math.sqrt(3), dtype=x.dtype, device=x.device)
+    cross = torch.tensor(
+        [[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]], dtype=x.dtype, device=x.device
+    )
+    cos, sin = torch.cos(ang).view(-1, 1, 1), torch.sin(ang).view(-1, 1, 1)
+    eye = torch.eye(3, dtype=x.dtype, device=x.device)
+    rot = cos * eye + sin * cross / math.sqrt(3) + (1 - cos) * torch.outer(k, k)
+    return torch.einsum("bij,bjhw->bihw", rot, x).clamp(0.0, 1.0)
+
+
+def _color_distort(x: torch.Tensor, gen: Gen, strength: float) -> torch.Tensor:
+    """SimCLR colour distortion: with p=0.8 jitter brightness and contrast (+ saturation and
+    hue on RGB); then greyscale with p=0.2 on RGB, or Gaussian noise on 1 channel, where
+    colour has no meaning and noise supplies the missing appearance change."""
+    b, dev, s = x.shape[0], x.device, 0.8 * strength
+
+    def factor() -> torch.Tensor:
+        return _rand(gen, (b,), dev, 1 - s, 1 + s)
+
+    jit = _per_sample(_coin(gen, b, 0.8, dev))
+    out = _blend(x, torch.zeros_like(x), factor())
+    out = _blend(out, _gray(out).mean((1, 2, 3), keepdim=True).expand_as(out), factor())
+    if x.shape[1] != 3:
+        noise = torch.randn(x.shape, generator=gen, device=gen.device, dtype=x.dtype).to(dev)
+        out = torch.where(jit, out, x)
+        return (out + _per_sample(_rand(gen, (b,), dev, 0.0, 0.1)) * noise).clamp(0.0, 1.0)
+    out = _blend(out, _gray(out).expand_as(out), factor())
+    out = torch.where(jit, _hue_rotate(out, _rand(gen, (b,), dev, -0.2 * strength, 0.2 * strength)), x)
+    return torch.where(_per_sample(_coin(gen, b, 0.2, dev)), _gray(out).expand_as(out), out)
+
+
+def simclr_view(
+    x: torch.Tensor, gen: Gen, flip: bool = True, min_scale: float = 0.2, strength: float = 0.5
+) -> torch.Tensor:
+    """One SimCLR view: random resized crop (+ mirror when `flip`) and colour distortion."""
+    theta = _resized_crop_theta(gen, x.shape[0], x.device, min_scale, flip)
+    return _color_distort(_warp(x, theta), gen, strength)
+
+
+def simclr_views(
+    x: torch.Tensor, gen: Gen, flip: bool = True, min_scale: float = 0.2, strength: float = 0.5
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two independent SimCLR views of the batch, each (B, C, H, W).
+
+    min_scale 0.2 instead of SimCLR's ImageNet 0.08: an 8% crop of a 32px image is a few
+    pixels. strength is SimCLR's colour-distortion s (0.5 is its CIFAR setting).
+    """
+    return simclr_view(x, gen, flip, min_scale, strength), simclr_view(x, gen, flip, min_scale, strength)
+
+
 @dataclass(frozen=True)
 class Augmenter:
     """Augmentation policy for one dataset; methods call `aug.weak(x, gen)` and friends.
@@ -258,8 +325,5 @@ class Augmenter:
         return strong(x, gen, self.flip_ok, self.strong_ops, self.strong_magnitude, self.cutout, self._pad)
 
     def simclr_views(self, x: torch.Tensor, gen: Gen) -> tuple[torch.Tensor, torch.Tensor]:
-        # Imported here: simclr_aug builds on this module's primitives.
-        from fedcore.train.simclr_aug import simclr_views
-
         self._check(x)
         return simclr_views(x, gen, self.flip_ok, self.simclr_min_scale, self.simclr_strength)
