@@ -62,13 +62,13 @@ from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
+from fedcore.methods.fedgr_local import FedGRLocal
 from fedcore.methods.fedgr_params import FedGRParams
 from fedcore.methods.registry import register
 from fedcore.stats.sieving import classwise_sieve, local_sieve, pooled_sieve, push_window, running_mean, window_mean
-from fedcore.train import losses
-from fedcore.train.ema import ema_step_, ramped_decay, revise, teacher_reset
+from fedcore.train.ema import revise, teacher_reset
 from fedcore.train.params import get_params, load_params_
-from fedcore.train.refine import pseudo_labels, select_targets, tier_targets, update_cache, weighted_soft_ce
+from fedcore.train.refine import pseudo_labels, select_targets, tier_targets, update_cache
 
 __all__ = ["FedGR", "FedGRParams", "warmup_length"]
 _GMM_SALT = 0xF6C2
@@ -84,7 +84,7 @@ def warmup_length(rounds_per_pass: int, passes: int, rounds: int | None) -> int:
 
 
 @register("fedgr", params=FedGRParams)
-class FedGR(StagedMethod):
+class FedGR(FedGRLocal, StagedMethod):
     # -- setup ------------------------------------------------------------------------------
     def init(self, ctx):
         if ctx.task == "multi":
@@ -225,7 +225,8 @@ class FedGR(StagedMethod):
             targets, weights = select_targets(data.labels, q, self.ctx.num_classes, p.unrefined == "weighted")
         reset = teacher_reset(rate, coverage, p.beta, p.reset_coverage)
         if p.ema_distill:
-            load_params_(self.ema_model, revise(None if reset else task.state.get("ema"), task.params, p.gamma_g))
+            extras["ema_start"] = revise(None if reset else task.state.get("ema"), task.params, p.gamma_g)
+            load_params_(self.ema_model, extras["ema_start"])
             extras["teacher"] = self._logits(self.ema_model, x_w)
         cached = state.get("cache")
         uploads["counts"] = {
@@ -234,72 +235,12 @@ class FedGR(StagedMethod):
             "skipped": int((weights == 0).sum()), "reset": float(reset and p.ema_distill)}
         return {**extras, "targets": targets, "weights": weights}
 
-    def make_x(self, task: ClientTask):
-        data, p, warm = task.data, self.params, task.rnd < self.alpha
-        strong = self.views == "strong" and not (warm and p.warmup_view == "weak")
-        with_weak = strong and p.rep_reg and (p.warmup_rep_reg or not warm)
-
-        def views(pos: torch.Tensor) -> torch.Tensor:
-            x01 = data.x01(pos)
-            view = self.augmenter().strong(x01, task.gen) if strong else self._weak(x01, task.gen)
-            student = data.store.normalize(view)
-            return torch.cat([data.store.normalize(self._weak(x01, task.gen)), student]) if with_weak else student
-
-        return views
-
-    def loss_terms(self, model, batch, extras: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """The unweighted terms of the local objective on one batch: sr, and b / r when active.
-
-        batch.x is the student's view (B, ...) or [weak; student] (2B, ...) when R needs a
-        separate weak view for the global side.
-        """
-        p, pos, warm = self.params, batch.pos, extras["warmup"]
-        b = len(pos)
-        z = model.features(batch.x if p.rep_loss == "cosine" else batch.x[-b:])
-        logits = model.head(z[-b:])
-        if warm:
-            terms = {"sr": losses.ce(logits, batch.y)}
-        else:
-            terms = {"sr": weighted_soft_ce(logits, extras["targets"][pos], extras["weights"][pos])}
-        if not warm and p.ema_distill:
-            per = losses.kd_kl(logits, extras["teacher"][pos], T=p.tau, reduction="none")
-            if p.distill_on == "weighted":  # divided by the whole batch, as the refined CE is
-                per = per * extras["weights"][pos].to(per.dtype)
-            terms["b"] = per.mean()
-        if p.rep_reg and (p.warmup_rep_reg or not warm):
-            with torch.no_grad():
-                f_global = self.global_model.features(batch.x[:b])
-            terms["r"] = (losses.cosine_repr_reg(z[:b], f_global) if p.rep_loss == "cosine"
-                          else losses.kd_kl(z[-b:], f_global, T=p.rep_tau))
-        return terms
-
-    def loss(self, model, batch, task, extras):
-        terms = self.loss_terms(model, batch, extras)
-        sums = extras["sums"]
-        for name, value in terms.items():
-            sums[name] = sums.get(name, 0.0) + value.detach()
-        sums["steps"] = sums.get("steps", 0) + 1
-        weights = {"sr": 1.0, "b": self.params.lambda_b, "r": self.params.lambda_r}
-        return sum(weights[name] * value for name, value in terms.items())
-
-    def after_step(self, task, extras):
-        p = self.params
-        if extras["warmup"] or not p.ema_distill:
-            return None
-        step = [task.state.get("steps", 0) if p.ema_ramp == "lifetime" else 0]
-
-        def update(model: torch.nn.Module) -> None:
-            decay = p.gamma_l if p.ema_ramp == "off" else ramped_decay(step[0], p.gamma_l)
-            ema_step_(self.ema_model, model, decay)
-            step[0] += 1
-
-        return update
-
     def after_local(self, task, extras):
-        state, sums = extras["state"], extras["sums"]
+        state, sums, consts = extras["state"], extras["sums"], extras.get("batched_consts")
         if self.params.ema_distill and not extras["warmup"]:
-            state["ema"] = get_params(self.ema_model)
-        steps = sums.pop("steps", 0)
+            state["ema"] = get_params(self.ema_model) if consts is None else \
+                {k: v.clone() for k, v in consts["ema"].items()}
+        steps = sums.pop("steps", 0) if consts is None else extras["batched_steps"]
         state["steps"] = task.state.get("steps", 0) + steps
         extras["metrics"] = {f"fedgr/loss_{k}": float(v) / max(steps, 1) for k, v in sums.items()}
         return extras["uploads"], state

@@ -138,13 +138,15 @@ def test_num_steps_replays_the_batch_schedule():
 
 def test_executor_choice_and_refusal():
     fed = make_fed([10, 12])
-    for name in ("fedavg", "fedprox", "symmetric_ce", "fednoro", "fedcorr", "fedsir"):
+    for name in ("fedavg", "fedprox", "symmetric_ce", "fednoro", "fedcorr", "fedsir", "fedgr"):
         method = build_method(cfg_for(name))
         assert method.batched_support() is None, name
         assert isinstance(make_executor("auto", method, 8), BatchedExecutor)
         assert type(make_executor("sequential", method, 8)) is SequentialExecutor
-    for name in ("coteaching", "dividemix", "fedrg", "fedgr", "fedharmony"):
-        method = build_method(cfg_for(name))
+    # FedGR's main phase trains batched; its v1 representation term (both views at once) does not
+    for name, params in (("coteaching", None), ("dividemix", None), ("fedrg", None), ("fedgr", {"rep_loss": "cosine"}),
+                         ("fedharmony", None)):
+        method = build_method(cfg_for(name, params))
         assert method.batched_support(), name  # a reason
         assert type(make_executor("auto", method, 8)) is SequentialExecutor
         with pytest.raises(ConfigError) as err:

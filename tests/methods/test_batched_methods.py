@@ -33,7 +33,8 @@ FAST = ["train.device=cpu", "train.rounds=2", "partition.num_clients=6", "train.
         "noise.noisy_client_fraction=0.6", "noise.rate.min=0.4", "noise.rate.max=0.8"]
 # Metrics the clients report (sample-weighted means over the cohort) and what the server derives
 # from their uploads; test accuracy is left out (a 1e-7 change may flip one borderline image).
-CLIENT_KEYS = ("train/loss", "train/steps", "lr", "relabel/agree_rate", "detect/clients_noisy", "round/clients")
+CLIENT_KEYS = ("train/loss", "train/steps", "lr", "relabel/agree_rate", "detect/clients_noisy", "round/clients",
+               "fedgr/loss_sr", "fedgr/loss_b", "fedgr/loss_r")
 
 CASES = {
     "fedavg": [],
@@ -44,6 +45,13 @@ CASES = {
     "fedsir": ["method.params.relabel=false"],  # identify (Adam), then LA-KD on the noisy clients
     "fedcorr": ["method.params.iterations=1", "train.rounds=4"],  # mixup + adaptive prox, finetune, train
     "fedcorr-augment": ["method.name=fedcorr", "method.params.iterations=1", "train.rounds=4", "train.augment=weak"],
+    # one warm-up round, then two sieved rounds: refined targets, EMA teacher (B) and R on plain views
+    "fedgr": ["method.params.warmup_rounds=1", "train.rounds=3"],
+    # strong student views with a separate weak view for R, B weighed per sample, the teacher reset
+    # for every noisy client (coverage 1 can never be reached), the EMA without its ramp
+    "fedgr-strong": ["method.name=fedgr", "method.params.warmup_rounds=1", "train.rounds=3",
+                     "method.params.views=strong", "method.params.distill_on=weighted",
+                     "method.params.ema_ramp=\"off\"", "method.params.beta=0.0", "method.params.reset_coverage=1.0"],
 }
 
 
@@ -78,6 +86,9 @@ def test_batched_equals_sequential(tmp_path, artifact, case):
         assert max(h.get("detect/clients_noisy", 0) for h in seq.history) > 0
     if case.startswith("fedcorr"):
         assert {"preprocess", "finetune", "train"} <= {h["stage"] for h in seq.history}
+    if case.startswith("fedgr"):
+        main = [h for h in seq.history if h["stage"] == "train"]
+        assert len(main) == 2 and all(h["fedgr/loss_b"] > 0 and h["fedgr/loss_r"] > 0 for h in main)
 
 
 def test_fedsir_relabel_round_from_identical_state(artifact):
