@@ -32,17 +32,17 @@ def strong_whole_batch(x: torch.Tensor, gen: torch.Generator, flip: bool = True,
     x = A.weak(x, gen, flip=flip, pad=pad, brightness=0.0)
     b, dev = x.shape[0], x.device
     ops = A.GEOMETRIC + tuple(o for o in A.PHOTOMETRIC if x.shape[1] == 3 or o != "color")
-    pick = (A._rand(gen, (b, num_ops), dev) * len(ops)).long().clamp(max=len(ops) - 1)
-    mag = A._rand(gen, (b, num_ops), dev, 0.0, magnitude)
+    pick = (A.rand(gen, (b, num_ops), dev) * len(ops)).long().clamp(max=len(ops) - 1)
+    mag = A.rand(gen, (b, num_ops), dev, 0.0, magnitude)
     onehot = F.one_hot(pick, len(ops)).to(x.dtype)
     act = (onehot * mag[..., None]).amax(1)
     chosen = onehot.amax(1) > 0
-    signs = torch.stack([A._sign(gen, b, dev) for _ in ops])
+    signs = torch.stack([A.sign(gen, b, dev) for _ in ops])
     k_geo = len(A.GEOMETRIC)
     theta = A._affine_theta({o: act[:, i] for i, o in enumerate(A.GEOMETRIC)}, signs[:k_geo])
-    x = torch.where(A._per_sample(chosen[:, :k_geo].any(1)), A._warp(x, theta), x)
+    x = torch.where(A.per_sample(chosen[:, :k_geo].any(1)), A.warp(x, theta), x)
     for i, op in enumerate(ops[k_geo:], start=k_geo):
-        x = torch.where(A._per_sample(chosen[:, i]), A._photometric(x, op, act[:, i], signs[i]), x)
+        x = torch.where(A.per_sample(chosen[:, i]), A._photometric(x, op, act[:, i], signs[i]), x)
     return A.cutout(x, gen, cutout_frac) if cutout_frac > 0 else x
 
 

@@ -7,7 +7,8 @@ that range, so normalize with the dataset mean/std *after* augmenting.
 Each sample gets its own random parameters, applied with batched ops (integer-shift
 gathers, one affine `grid_sample`, masked blends) instead of a Python loop over samples.
 A generator on `x.device` keeps everything there; with a CPU generator only the small
-parameter tensors (and the 1-channel SimCLR noise image) are copied over.
+parameter tensors are copied over. The primitives live in `augment_ops`, SimCLR's views in
+`simclr_aug`; `Augmenter` serves all three kinds of view.
 """
 
 from __future__ import annotations
@@ -19,42 +20,15 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms.v2 import functional as TF
 
-Gen = torch.Generator
-
-
-def _rand(
-    gen: Gen, shape: tuple[int, ...], device: torch.device, lo: float = 0.0, hi: float = 1.0
-) -> torch.Tensor:
-    u = torch.rand(shape, generator=gen, device=gen.device).to(device)
-    return lo + (hi - lo) * u
-
-
-def _coin(gen: Gen, b: int, p: float, device: torch.device) -> torch.Tensor:
-    return _rand(gen, (b,), device) < p
-
-
-def _sign(gen: Gen, b: int, device: torch.device) -> torch.Tensor:
-    return torch.where(_coin(gen, b, 0.5, device), 1.0, -1.0)
-
-
-def _per_sample(v: torch.Tensor) -> torch.Tensor:  # (B,) -> (B, 1, 1, 1)
-    return v.view(-1, 1, 1, 1)
-
-
-def _blend(x: torch.Tensor, base: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """base + factor * (x - base), clamped: factor 1 = identity (PIL ImageEnhance semantics)."""
-    return (base + _per_sample(factor) * (x - base)).clamp(0.0, 1.0)
-
-
-def _gray(x: torch.Tensor) -> torch.Tensor:
-    return TF.rgb_to_grayscale(x) if x.shape[1] == 3 else x.mean(1, keepdim=True)
+from fedcore.train.augment_ops import Gen, blend, coin, gray, per_sample, rand, sign, warp
+from fedcore.train.simclr_aug import simclr_views
 
 
 def random_crop(x: torch.Tensor, gen: Gen, pad: int) -> torch.Tensor:
     """Zero-pad by `pad` and crop back at a random offset per sample (exact integer shift)."""
     b, c, h, w = x.shape
     xp = F.pad(x, (pad, pad, pad, pad))
-    off = (_rand(gen, (2, b), x.device) * (2 * pad + 1)).long().clamp(max=2 * pad)
+    off = (rand(gen, (2, b), x.device) * (2 * pad + 1)).long().clamp(max=2 * pad)
     rows = off[0][:, None] + torch.arange(h, device=x.device)
     cols = off[1][:, None] + torch.arange(w, device=x.device)
     xp = xp.gather(2, rows[:, None, :, None].expand(b, c, h, w + 2 * pad))
@@ -62,7 +36,7 @@ def random_crop(x: torch.Tensor, gen: Gen, pad: int) -> torch.Tensor:
 
 
 def random_hflip(x: torch.Tensor, gen: Gen, p: float = 0.5) -> torch.Tensor:
-    return torch.where(_per_sample(_coin(gen, x.shape[0], p, x.device)), x.flip(-1), x)
+    return torch.where(per_sample(coin(gen, x.shape[0], p, x.device)), x.flip(-1), x)
 
 
 def weak(
@@ -74,8 +48,8 @@ def weak(
     if flip:
         x = random_hflip(x, gen)
     if brightness > 0:
-        x = _blend(
-            x, torch.zeros_like(x), _rand(gen, (x.shape[0],), x.device, 1 - brightness, 1 + brightness)
+        x = blend(
+            x, torch.zeros_like(x), rand(gen, (x.shape[0],), x.device, 1 - brightness, 1 + brightness)
         )
     return x
 
@@ -109,12 +83,6 @@ def _affine_theta(act: dict[str, torch.Tensor], sign: torch.Tensor) -> torch.Ten
     return torch.cat([rot @ shear, shift[..., None]], -1)
 
 
-def _warp(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-    """Bilinear per-sample affine resampling; pixels from outside the image are black (0)."""
-    grid = F.affine_grid(theta.to(x.dtype), list(x.shape), align_corners=False)
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-
-
 def _sharpen_base(x: torch.Tensor) -> torch.Tensor:
     # PIL's SMOOTH kernel: the image that ImageEnhance.Sharpness blends away from.
     k = torch.ones(3, 3, dtype=x.dtype, device=x.device)
@@ -127,18 +95,18 @@ def _photometric(x: torch.Tensor, op: str, m: torch.Tensor, sign: torch.Tensor) 
     """Apply `op` to the whole batch with per-sample magnitude m in [0, 1]."""
     enhance = 1.0 + 0.9 * m * sign  # PIL enhance factor in [0.1, 1.9]
     if op == "brightness":
-        return _blend(x, torch.zeros_like(x), enhance)
+        return blend(x, torch.zeros_like(x), enhance)
     if op == "color":
-        return _blend(x, _gray(x).expand_as(x), enhance)
+        return blend(x, gray(x).expand_as(x), enhance)
     if op == "contrast":
-        return _blend(x, _gray(x).mean((1, 2, 3), keepdim=True).expand_as(x), enhance)
+        return blend(x, gray(x).mean((1, 2, 3), keepdim=True).expand_as(x), enhance)
     if op == "sharpness":
-        return _blend(x, _sharpen_base(x), enhance)
+        return blend(x, _sharpen_base(x), enhance)
     if op == "posterize":
-        step = _per_sample(2.0 ** torch.round(4 * m))  # keep 8..4 bits
+        step = per_sample(2.0 ** torch.round(4 * m))  # keep 8..4 bits
         return torch.floor(x * 255.0 / step) * step / 255.0
     if op == "solarize":
-        return torch.where(x > _per_sample(1.0 - m), 1.0 - x, x)
+        return torch.where(x > per_sample(1.0 - m), 1.0 - x, x)
     if op == "autocontrast":
         return TF.autocontrast(x)
     if op == "equalize":
@@ -149,8 +117,8 @@ def _photometric(x: torch.Tensor, op: str, m: torch.Tensor, sign: torch.Tensor) 
 def cutout(x: torch.Tensor, gen: Gen, frac: float, fill: float = 0.5) -> torch.Tensor:
     """Fill a square of random side in [1, frac * min(H, W)] at a random centre per sample."""
     b, _, h, w = x.shape
-    side = 1 + _rand(gen, (b,), x.device) * max(frac * min(h, w) - 1, 0.0)
-    cy, cx = _rand(gen, (b,), x.device, 0, h), _rand(gen, (b,), x.device, 0, w)
+    side = 1 + rand(gen, (b,), x.device) * max(frac * min(h, w) - 1, 0.0)
+    cy, cx = rand(gen, (b,), x.device, 0, h), rand(gen, (b,), x.device, 0, w)
     ys = torch.arange(h, device=x.device, dtype=x.dtype) + 0.5
     xs = torch.arange(w, device=x.device, dtype=x.dtype) + 0.5
     in_y = (ys[None, :] - cy[:, None]).abs() <= side[:, None] / 2
@@ -174,7 +142,7 @@ def _on_rows(x: torch.Tensor, rows: torch.Tensor, fn, gather: bool) -> torch.Ten
     gather needs the row count on the host, which is a sync per op on an accelerator.
     """
     if not gather:
-        return torch.where(_per_sample(rows), fn(x, slice(None)), x)
+        return torch.where(per_sample(rows), fn(x, slice(None)), x)
     idx = rows.nonzero().squeeze(1)
     if idx.numel() == 0:
         return x
@@ -200,87 +168,20 @@ def strong(
     x = weak(x, gen, flip=flip, pad=pad, brightness=0.0)
     b, dev = x.shape[0], x.device
     ops = GEOMETRIC + tuple(o for o in PHOTOMETRIC if x.shape[1] == 3 or o != "color")
-    pick = (_rand(gen, (b, num_ops), dev) * len(ops)).long().clamp(max=len(ops) - 1)
-    mag = _rand(gen, (b, num_ops), dev, 0.0, magnitude)
+    pick = (rand(gen, (b, num_ops), dev) * len(ops)).long().clamp(max=len(ops) - 1)
+    mag = rand(gen, (b, num_ops), dev, 0.0, magnitude)
     onehot = F.one_hot(pick, len(ops)).to(x.dtype)  # (B, num_ops, K)
     act = (onehot * mag[..., None]).amax(1)  # (B, K): magnitude, 0 where not drawn
     chosen = onehot.amax(1) > 0
-    signs = torch.stack([_sign(gen, b, dev) for _ in ops])  # (K, B)
+    signs = torch.stack([sign(gen, b, dev) for _ in ops])  # (K, B)
     k_geo = len(GEOMETRIC)
     theta = _affine_theta({o: act[:, i] for i, o in enumerate(GEOMETRIC)}, signs[:k_geo])
     gather = dev.type == "cpu"
-    x = _on_rows(x, chosen[:, :k_geo].any(1), lambda v, idx: _warp(v, theta[idx]), gather)
+    x = _on_rows(x, chosen[:, :k_geo].any(1), lambda v, idx: warp(v, theta[idx]), gather)
     for i, op in enumerate(ops[k_geo:], start=k_geo):
         x = _on_rows(x, chosen[:, i], lambda v, idx, i=i, op=op: _photometric(v, op, act[idx, i], signs[i, idx]),
                      gather and op not in _WHOLE_BATCH)
     return cutout(x, gen, cutout_frac) if cutout_frac > 0 else x
-
-
-def _resized_crop_theta(gen: Gen, b: int, dev: torch.device, min_scale: float, flip: bool) -> torch.Tensor:
-    """(B, 2, 3) theta: a crop of area U(min_scale, 1) and aspect in [3/4, 4/3], resized to
-    the full image, mirrored for half the samples when `flip`."""
-    area = _rand(gen, (b,), dev, min_scale, 1.0)
-    log_r = _rand(gen, (b,), dev, math.log(3 / 4), math.log(4 / 3))
-    sw = torch.sqrt(area * log_r.exp()).clamp(max=1.0)
-    sh = torch.sqrt(area / log_r.exp()).clamp(max=1.0)
-    cx = _rand(gen, (b,), dev, -1.0, 1.0) * (1 - sw)
-    cy = _rand(gen, (b,), dev, -1.0, 1.0) * (1 - sh)
-    mirror = _sign(gen, b, dev) if flip else torch.ones(b, device=dev)
-    zero = torch.zeros_like(sw)
-    return torch.stack([torch.stack([sw * mirror, zero, cx], -1), torch.stack([zero, sh, cy], -1)], -2)
-
-
-def _hue_rotate(x: torch.Tensor, hue: torch.Tensor) -> torch.Tensor:
-    """Shift hue by `hue` turns (B,) as a rotation of RGB about the grey axis (keeps grey grey)."""
-    ang = 2 * math.pi * hue
-    k = torch.full((3,), 1 / math.sqrt(3), dtype=x.dtype, device=x.device)
-    cross = torch.tensor(
-        [[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]], dtype=x.dtype, device=x.device
-    )
-    cos, sin = torch.cos(ang).view(-1, 1, 1), torch.sin(ang).view(-1, 1, 1)
-    eye = torch.eye(3, dtype=x.dtype, device=x.device)
-    rot = cos * eye + sin * cross / math.sqrt(3) + (1 - cos) * torch.outer(k, k)
-    return torch.einsum("bij,bjhw->bihw", rot, x).clamp(0.0, 1.0)
-
-
-def _color_distort(x: torch.Tensor, gen: Gen, strength: float) -> torch.Tensor:
-    """SimCLR colour distortion: with p=0.8 jitter brightness and contrast (+ saturation and
-    hue on RGB); then greyscale with p=0.2 on RGB, or Gaussian noise on 1 channel, where
-    colour has no meaning and noise supplies the missing appearance change."""
-    b, dev, s = x.shape[0], x.device, 0.8 * strength
-
-    def factor() -> torch.Tensor:
-        return _rand(gen, (b,), dev, 1 - s, 1 + s)
-
-    jit = _per_sample(_coin(gen, b, 0.8, dev))
-    out = _blend(x, torch.zeros_like(x), factor())
-    out = _blend(out, _gray(out).mean((1, 2, 3), keepdim=True).expand_as(out), factor())
-    if x.shape[1] != 3:
-        noise = torch.randn(x.shape, generator=gen, device=gen.device, dtype=x.dtype).to(dev)
-        out = torch.where(jit, out, x)
-        return (out + _per_sample(_rand(gen, (b,), dev, 0.0, 0.1)) * noise).clamp(0.0, 1.0)
-    out = _blend(out, _gray(out).expand_as(out), factor())
-    out = torch.where(jit, _hue_rotate(out, _rand(gen, (b,), dev, -0.2 * strength, 0.2 * strength)), x)
-    return torch.where(_per_sample(_coin(gen, b, 0.2, dev)), _gray(out).expand_as(out), out)
-
-
-def simclr_view(
-    x: torch.Tensor, gen: Gen, flip: bool = True, min_scale: float = 0.2, strength: float = 0.5
-) -> torch.Tensor:
-    """One SimCLR view: random resized crop (+ mirror when `flip`) and colour distortion."""
-    theta = _resized_crop_theta(gen, x.shape[0], x.device, min_scale, flip)
-    return _color_distort(_warp(x, theta), gen, strength)
-
-
-def simclr_views(
-    x: torch.Tensor, gen: Gen, flip: bool = True, min_scale: float = 0.2, strength: float = 0.5
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two independent SimCLR views of the batch, each (B, C, H, W).
-
-    min_scale 0.2 instead of SimCLR's ImageNet 0.08: an 8% crop of a 32px image is a few
-    pixels. strength is SimCLR's colour-distortion s (0.5 is its CIFAR setting).
-    """
-    return simclr_view(x, gen, flip, min_scale, strength), simclr_view(x, gen, flip, min_scale, strength)
 
 
 @dataclass(frozen=True)

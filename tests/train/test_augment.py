@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fedcore.train import augment as A
+from fedcore.train import simclr_aug as S
 
 CIFAR = A.Augmenter(channels=3, size=16, flip_ok=True)
 DIGITS = A.Augmenter(channels=1, size=8, flip_ok=False)
@@ -123,9 +124,9 @@ def test_hue_rotation_by_a_third_turn_maps_red_to_green_and_keeps_grey():
     grey = torch.full((1, 3, 1, 1), 0.4)
 
     assert torch.allclose(
-        A._hue_rotate(red, torch.tensor([1 / 3])).flatten(), torch.tensor([0.0, 1.0, 0.0]), atol=1e-6
+        S.hue_rotate(red, torch.tensor([1 / 3])).flatten(), torch.tensor([0.0, 1.0, 0.0]), atol=1e-6
     )
-    assert torch.allclose(A._hue_rotate(grey, torch.tensor([0.123])), grey, atol=1e-6)
+    assert torch.allclose(S.hue_rotate(grey, torch.tensor([0.123])), grey, atol=1e-6)
 
 
 def test_affine_theta_is_identity_when_no_geometric_op_is_drawn():
