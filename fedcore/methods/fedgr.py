@@ -19,6 +19,8 @@ Round t, client k, with the global model w^t:
    weak-view logits are computed once; per step w_ema <- d w_ema + (1 - d) w_k, d ramped.
    L = L_SR(strong) + lambda_B KL(teacher/T || student/T) + lambda_R KL(f_g(weak)/T' || f_k(strong)/T').
 
+The local objective and its batched twin live in `fedgr_local.FedGRLocal`.
+
 Stages: `warmup` (the first alpha rounds), then `train`, where every round sieves, refines and
 trains (the sieve needs the round's models, so the three stay one stage). Both count inside
 `train.rounds`; the warm-up is a stage of its own so that a pipeline runs it as its own task
