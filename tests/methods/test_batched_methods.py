@@ -94,31 +94,45 @@ def test_batched_equals_sequential(tmp_path, artifact, case):
         assert len(main) == 2 and all(h["fedgr/loss_b"] > 0 and h["fedgr/loss_r"] > 0 for h in main)
 
 
-def test_fedsir_relabel_round_from_identical_state(artifact):
-    """Relabeled targets and the KD mask (disagreeing samples) in client state: LA on the clean
-    clients, LA-KD on the mask of the noisy ones; every client update matches."""
-    cfg = load_config("configs/quickstart.yaml", [*FAST, "method.name=fedsir"])
+def _round_from_identical_state(artifact, cfg, server_state, client_states, instructions, check=None):
+    """One round of every client from the same server and client state, sequential and batched:
+    every client update matches (within 1e-5). check(method, task) runs on the batched side."""
     fed = FederatedDataset.load(artifact)
     updates = {}
     for name, ex in (("seq", SequentialExecutor()), ("bat", BatchedExecutor())):
         method = build_method(cfg)
         ctx = make_context(cfg, fed, torch.device("cpu"))
-        state = method.init(ctx)
-        state = ServerState(params=state.params, rnd=3, stage="train", stage_round=2, extra={"noisy": [1, 3, 4]})
+        state = ServerState(params=method.init(ctx).params, **server_state)
         store = ClientStateStore(fed.num_clients)
-        rng = np.random.default_rng(0)
-        for c in (1, 3, 4):
-            n = ctx.clients[c].n
-            store.put(c, {"labels": torch.as_tensor(rng.integers(0, 10, n)),
-                          "kd_mask": torch.as_tensor(rng.random(n) < 0.4)})
+        for c, st in client_states(ctx).items():
+            store.put(c, st)
         loop = RoundLoop(method, ctx, ClientSampler(fed.num_clients, 1.0, 0), store, executor=ex)
-        ins = method.train_instructions(state)
-        assert ins["w_kd"] > 0
+        ins = instructions(method, state)
+        if check is not None and name == "bat":
+            check(method, loop._tasks(state, [0], ins)[0])
         updates[name] = ex.run_clients(method, loop._tasks(state, list(range(fed.num_clients)), ins))
     for us, ub in zip(updates["seq"], updates["bat"], strict=True):
         for k in us.params:
             torch.testing.assert_close(ub.params[k], us.params[k], rtol=0, atol=1e-5)
         assert ub.metrics == pytest.approx(us.metrics, abs=1e-5)
+
+
+def test_fedsir_relabel_round_from_identical_state(artifact):
+    """Relabeled targets and the KD mask (disagreeing samples) in client state: LA on the clean
+    clients, LA-KD on the mask of the noisy ones; every client update matches."""
+    def states(ctx):  # the same draws for both executors
+        rng = np.random.default_rng(0)
+        return {c: {"labels": torch.as_tensor(rng.integers(0, 10, ctx.clients[c].n)),
+                    "kd_mask": torch.as_tensor(rng.random(ctx.clients[c].n) < 0.4)} for c in (1, 3, 4)}
+
+    def instructions(method, state):
+        ins = method.train_instructions(state)
+        assert ins["w_kd"] > 0
+        return ins
+
+    cfg = load_config("configs/quickstart.yaml", [*FAST, "method.name=fedsir"])
+    _round_from_identical_state(artifact, cfg, {"rnd": 3, "stage": "train", "stage_round": 2,
+                                                "extra": {"noisy": [1, 3, 4]}}, states, instructions)
 
 
 @pytest.mark.parametrize("prox", [False, True])
@@ -128,25 +142,17 @@ def test_fedcorr_rounds_from_identical_state(artifact, prox):
     update matches. Whole runs with mixup amplify float rounding at a pace the machine sets (see
     the fedcorr case above); one round isolates the computation."""
     cfg = load_config("configs/quickstart.yaml", [*FAST, "method.name=fedcorr", "method.params.iterations=1"])
-    fed = FederatedDataset.load(artifact)
-    updates = {}
-    for name, ex in (("seq", SequentialExecutor()), ("bat", BatchedExecutor())):
-        method = build_method(cfg)
-        ctx = make_context(cfg, fed, torch.device("cpu"))
-        state = method.init(ctx)
-        state = ServerState(params=state.params, rnd=7, stage="train", stage_round=0, extra={})
-        store = ClientStateStore(fed.num_clients)
-        for c in range(fed.num_clients):  # noisy clients with a fitted level: prox weight beta * level
-            n = ctx.clients[c].n
-            store.put(c, {"loss": np.zeros(n), "loss_level": (0.1 * (c + 1), np.zeros(n, dtype=bool))})
-        loop = RoundLoop(method, ctx, ClientSampler(fed.num_clients, 1.0, 0), store, executor=ex)
-        ins = {"noisy": frozenset(range(fed.num_clients)), "snapshot": None, **({"prox": True} if prox else {})}
-        tasks = loop._tasks(state, list(range(fed.num_clients)), ins)
-        if name == "bat":  # the round really takes the stacked path, mixup and (when asked) the prox term
-            program = method.local_program(loop._tasks(state, [0], ins)[0])
-            assert program.static == {"mixup": True, "prox": prox}
-        updates[name] = ex.run_clients(method, tasks)
-    for us, ub in zip(updates["seq"], updates["bat"], strict=True):
-        for k in us.params:
-            torch.testing.assert_close(ub.params[k], us.params[k], rtol=0, atol=1e-5)
-        assert ub.metrics == pytest.approx(us.metrics, abs=1e-5)
+
+    def states(ctx):  # noisy clients with a fitted level: prox weight beta * level
+        return {c: {"loss": np.zeros(cl.n), "loss_level": (0.1 * (c + 1), np.zeros(cl.n, dtype=bool))}
+                for c, cl in enumerate(ctx.clients)}
+
+    def instructions(method, state):
+        return {"noisy": frozenset(range(len(method.ctx.clients))), "snapshot": None,
+                **({"prox": True} if prox else {})}
+
+    def check(method, task):  # the round really takes the stacked path, mixup and (when asked) the prox term
+        assert method.local_program(task).static == {"mixup": True, "prox": prox}
+
+    _round_from_identical_state(artifact, cfg, {"rnd": 7, "stage": "train", "stage_round": 0, "extra": {}},
+                                states, instructions, check)
