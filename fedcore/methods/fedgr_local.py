@@ -24,17 +24,8 @@ from typing import Any
 import torch
 
 from fedcore.train import losses
-from fedcore.train.ema import ema_step_, ramped_decay
+from fedcore.train.ema import ema_step_, ramped_decay, ramped_weights, stacked_ema_update
 from fedcore.train.refine import weighted_soft_ce
-
-
-def ramped_weights(steps: torch.Tensor, gamma_l: float, ramp: bool) -> torch.Tensor:
-    """Per-row EMA interpolation weights 1 - decay for step counts (K,) (float64), as the
-    sequential path computes them in Python floats: decay = min(gamma_l, 1 - 1 / (s + 1))."""
-    if not ramp:
-        return torch.full_like(steps, 1.0 - gamma_l)
-    decay = torch.clamp(1.0 - 1.0 / (steps + 1.0), max=gamma_l)
-    return 1.0 - decay
 
 
 class FedGRLocal:
@@ -92,6 +83,10 @@ class FedGRLocal:
         for name, value in terms.items():
             sums[name] = sums.get(name, 0.0) + value.detach()
         sums["steps"] = sums.get("steps", 0) + 1
+        return self._weighted_sum(terms)
+
+    def _weighted_sum(self, terms: dict[str, torch.Tensor]) -> torch.Tensor:
+        """L = sr + lambda_B b + lambda_R r over the active terms (per batch or per sample)."""
         weights = {"sr": 1.0, "b": self.params.lambda_b, "r": self.params.lambda_r}
         return sum(weights[name] * value for name, value in terms.items())
 
@@ -162,26 +157,16 @@ class FedGRLocal:
             with torch.no_grad():  # w^t is every client's start: f_g on the weak view (the student's without one)
                 f_global = step.net.features(step.start, step.batch["xw" if st["with_weak"] else "x"])
             terms["r"] = losses.kd_kl(flat(z), flat(f_global), T=p.rep_tau, reduction="none")
-        weights = {"sr": 1.0, "b": p.lambda_b, "r": p.lambda_r}
-        total = sum(weights[name] * value for name, value in terms.items())
-        return total, {f"fedgr/loss_{name}": value.detach() for name, value in terms.items()}
+        return self._weighted_sum(terms), {f"fedgr/loss_{name}": value.detach() for name, value in terms.items()}
 
     def batched_after_step(self, task, extras):
         return self._batched_ema_step if "ema_start" in extras else None
 
     def _batched_ema_step(self, params, consts, static) -> dict[str, Any]:
         """Every row's EMA model one step towards its student (`ema_step_`, row by row)."""
-        p = self.params
-        s = consts["ema_step"]
+        p, s = self.params, consts["ema_step"]
         w = ramped_weights(s, p.gamma_l, p.ema_ramp != "off").to(torch.float32)
-        ema = {}
-        for name, old in consts["ema"].items():
-            new = params[name].detach()
-            if old.is_floating_point():
-                ema[name] = torch.lerp(old, new.to(old.dtype), w.to(old.dtype).view(-1, *[1] * (old.dim() - 1)))
-            else:
-                ema[name] = new
-        return {"ema": ema, "ema_step": s + 1}
+        return {"ema": stacked_ema_update(consts["ema"], params, w), "ema_step": s + 1}
 
     def finish_local(self, task, extras, params, stats):
         if params is not None:  # batched: the step count and the EMA come from the stack

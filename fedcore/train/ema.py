@@ -57,6 +57,28 @@ def ramped_decay(step: int, gamma_l: float) -> float:
     return min(gamma_l, 1.0 - 1.0 / (step + 1))
 
 
+def ramped_weights(steps: torch.Tensor, gamma_l: float, ramp: bool = True) -> torch.Tensor:
+    """Per-row interpolation weights 1 - decay for step counts (K,) (float64): `ramped_decay`
+    (or the constant gamma_l when `ramp` is off) row by row, in the same double arithmetic."""
+    if not ramp:
+        return torch.full_like(steps, 1.0 - gamma_l)
+    return 1.0 - torch.clamp(1.0 - 1.0 / (steps + 1.0), max=gamma_l)
+
+
+def stacked_ema_update(ema: Params, src: Params, weights: torch.Tensor) -> Params:
+    """`ema_update_` on stacked models (every entry (K, ...)), row k towards src's row k by
+    weights[k] = 1 - decay_k, as a new dict; non-floating entries are copied from src."""
+    out = {}
+    for k, old in ema.items():
+        new = src[k].detach()
+        if old.is_floating_point():
+            w = weights.to(old.dtype).view(-1, *[1] * (old.dim() - 1))
+            out[k] = torch.lerp(old, new.to(old.dtype), w)
+        else:
+            out[k] = new
+    return out
+
+
 def teacher_reset(rate: float, coverage: float, beta: float, min_coverage: float) -> bool:
     """FedGR's teacher reset: a client estimated noisier than `beta` whose pseudo-label cache
     covers less than `min_coverage` of its samples restarts its teacher from w_g (its own EMA

@@ -8,7 +8,15 @@ from torch import nn
 from fedcore.methods.fedgr import warmup_length
 from fedcore.stats.sieving import classwise_sieve, local_sieve, pooled_sieve, push_window, running_mean, window_mean
 from fedcore.train import losses
-from fedcore.train.ema import ema_step_, ema_update_, ramped_decay, revise, teacher_reset
+from fedcore.train.ema import (
+    ema_step_,
+    ema_update_,
+    ramped_decay,
+    ramped_weights,
+    revise,
+    stacked_ema_update,
+    teacher_reset,
+)
 from fedcore.train.refine import (
     EMPTY,
     pseudo_labels,
@@ -237,3 +245,21 @@ def test_warmup_length_passes_or_rounds_never_under_one_pass():
     assert warmup_length(rounds_per_pass=10, passes=10, rounds=None) == 100  # the authors' 10% of 100
     assert warmup_length(rounds_per_pass=10, passes=10, rounds=35) == 35  # the rounds cap comes first
     assert warmup_length(rounds_per_pass=4, passes=10, rounds=2) == 4  # every client before sieving
+
+
+@pytest.mark.parametrize("ramp", [True, False])
+def test_stacked_ema_rows_equal_the_scalar_update_bit_for_bit(ramp):
+    """Row k of the stacked update is ema_update_ at row k's own (ramped) decay, to the last bit."""
+    gen = torch.Generator().manual_seed(0)
+    steps = torch.tensor([0.0, 1.0, 5.0, 150.0], dtype=torch.float64)
+    ema = {"w": torch.randn(4, 3, 2, generator=gen), "n": torch.zeros(4, dtype=torch.long)}
+    src = {"w": torch.randn(4, 3, 2, generator=gen), "n": torch.arange(4)}
+    before = ema["w"].clone()
+    w = ramped_weights(steps, 0.99, ramp)
+    assert w.tolist() == [1.0 - (ramped_decay(int(s), 0.99) if ramp else 0.99) for s in steps]
+    out = stacked_ema_update(ema, src, w.to(torch.float32))
+    for k in range(4):
+        row = {"w": ema["w"][k].clone(), "n": ema["n"][k].clone()}
+        ema_update_(row, {"w": src["w"][k], "n": src["n"][k]}, ramped_decay(int(steps[k]), 0.99) if ramp else 0.99)
+        assert torch.equal(out["w"][k], row["w"]) and out["n"][k] == row["n"]
+    assert torch.equal(ema["w"], before)  # a new dict: the input is left as it was
