@@ -163,3 +163,23 @@ def test_a_stage_budget_of_another_method_is_inert_but_a_typo_is_refused():
         assert cfg.train.stage_rounds == {"pretrain": 10}
     with pytest.raises(ConfigError, match="method 'fedavg' has no stage 'pretrian'"):
         load_config("configs/quickstart.yaml", ["train.stage_rounds.pretrian=3"])
+
+
+@pytest.mark.parametrize("method,field,word", [("fedgr", "ema_ramp", "off"), ("fedrg", "absorption", "off"),
+                                               ("fedrg", "absorption", "on")])
+def test_bare_on_off_in_yaml_reach_a_choice_param_as_words(method, field, word):
+    # YAML 1.1 reads `off` / `on` as booleans; a choice param offering the word must still get it,
+    # from an override and from a YAML file alike.
+    from fedcore.methods.registry import validate_method_config
+
+    cfg = load_config("configs/quickstart.yaml", [f"method.name={method}", f"method.params.{field}={word}"])
+    assert getattr(validate_method_config(cfg), field) == word
+    cfg = config_from_dict(yaml.safe_load(f"method: {{name: {method}, params: {{{field}: {word}}}}}"))
+    assert getattr(validate_method_config(cfg), field) == word
+
+
+def test_a_boolean_is_still_refused_where_the_choice_has_no_such_word():
+    with pytest.raises(ConfigError, match="method.params.ema_ramp"):
+        load_config("configs/quickstart.yaml", ["method.name=fedgr", "method.params.ema_ramp=on"])
+    with pytest.raises(ConfigError, match="method.params.absorption"):
+        load_config("configs/quickstart.yaml", ["method.name=fedrg", "method.params.absorption=sometimes"])

@@ -59,7 +59,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field
 from torch import nn
 
 from fedcore.engine.types import Estimates, RoundMetrics, RoundPlan, Stage
@@ -106,12 +106,6 @@ class FedRGParams(MethodParams):
     prior: float = Field(5.0, ge=0.0, description="Dirichlet pseudo-counts on the mixing weights")
     t_floor: float = Field(1e-6, gt=0.0, lt=1.0)
     t_lr_scale: float = Field(1.0, gt=0.0, description="T's learning rate relative to the network's")
-
-    @field_validator("absorption", mode="before")
-    @classmethod
-    def _yaml_bool(cls, v: Any) -> Any:
-        # YAML reads a bare `off` / `on` (e.g. `-s method.params.absorption=off`) as a boolean.
-        return {False: "off", True: "on"}.get(v, v) if isinstance(v, bool) else v
 
 
 class Absorption(nn.Module):

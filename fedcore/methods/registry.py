@@ -9,9 +9,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from fedcore.errors import ConfigError
 
@@ -24,6 +24,22 @@ class MethodParams(BaseModel):
     so are NaN and infinite floats."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_switches(cls, data: Any) -> Any:
+        # YAML 1.1 reads a bare `off` / `on` as a boolean (`ema_ramp: off` in a file, or
+        # `-s method.params.ema_ramp=off`), so a choice field offering those words gets them back.
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, field in cls.model_fields.items():
+            v = out.get(name)
+            if isinstance(v, bool) and get_origin(field.annotation) is Literal:
+                word = "on" if v else "off"
+                if word in get_args(field.annotation):
+                    out[name] = word
+        return out
 
 
 @dataclass(frozen=True)

@@ -186,13 +186,6 @@ def test_rounds_report_both_detectors_and_mean_diag(run_on, fed):
         assert cstate["mix"]["mu"].shape == (10, 32)
 
 
-def test_yaml_on_off_booleans_are_accepted_for_absorption():
-    from fedcore.methods.fedrg import FedRGParams
-
-    assert FedRGParams(absorption=False).absorption == "off"
-    assert FedRGParams(absorption=True).absorption == "on"
-    with pytest.raises(ValueError):
-        FedRGParams(absorption="sometimes")
 
 
 @pytest.mark.parametrize("kappa_max", [3.0, 100.0])
