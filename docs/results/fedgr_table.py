@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-ORDER = ["fedavg", "fedprox", "coteaching", "fedcorr", "dividemix", "fedgr", "fedgr-no_fs", "fedgr-no_lr",
+ORDER = ["fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix", "fedgr", "fedgr-no_fs", "fedgr-no_lr",
          "fedgr-no_b", "fedgr-no_r", "fedgr-classwise", "fedgr-v1", "fedgr-text", "fedgr-probe",
          # the B audit (mixed, seed 0): teacher = w^t, the authors' optimizer, plain views, weighted B
          "fedgr-teacher_global", "fedavg-sgd_authors", "fedgr-sgd_authors", "fedgr-plain", "fedgr-plain-no_b",
