@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-ORDER = ["fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix", "fedgr", "fedgr-no_fs", "fedgr-no_lr",
-         "fedgr-no_b", "fedgr-no_r", "fedgr-classwise", "fedgr-v1", "fedgr-text", "fedgr-probe",
+ORDER = ["fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix", "fedgr", "fedgr-no_fs",
+         "fedgr-no_lr", "fedgr-no_b", "fedgr-no_r", "fedgr-classwise", "fedgr-v1", "fedgr-text", "fedgr-probe",
          # the B audit (mixed, seed 0): teacher = w^t, the authors' optimizer, plain views, weighted B
          "fedgr-teacher_global", "fedavg-sgd_authors", "fedgr-sgd_authors", "fedgr-plain", "fedgr-plain-no_b",
          "fedgr-b_weighted", "fedgr-plain-b01"]
