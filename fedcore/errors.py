@@ -30,6 +30,11 @@ class TrackingError(UserError):
     """The tracking server cannot be reached or refused a request."""
 
 
+class DivergedError(UserError):
+    """Local training diverged (non-finite parameters): a setting, usually the learning rate, is
+    too aggressive for the scene. Raised before the non-finite model is evaluated or saved."""
+
+
 class Terminated(KeyboardInterrupt):
     """The process got SIGTERM (how Kubernetes stops a pod); raised inside a run so that it ends
     as Ctrl-C does: callbacks see it (the tracking run is marked KILLED), checkpoints stay."""

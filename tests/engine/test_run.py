@@ -205,6 +205,41 @@ def test_a_failing_on_run_start_still_reaches_on_failure(tmp_path, artifact):
     assert isinstance(cb.failure, RuntimeError)
 
 
+@pytest.mark.parametrize("executor", ["sequential", "batched"])
+def test_a_diverged_run_stops_with_one_line_and_no_summary(tmp_path, artifact, executor, capsys):
+    # lr 10 sends the MLP's parameters to inf within two rounds; the run must stop there, not
+    # average the NaN into the global model and report chance accuracy for the rounds left.
+    from fedcore.cli import main
+
+    out = tmp_path / "r"
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "configs/quickstart.yaml", "--out", str(out), "--data", str(artifact), "--no-progress",
+              *[x for o in [*FAST, "train.lr=10", f"train.executor={executor}"] for x in ("--set", o)]])
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()  # the run's banner, then the error
+    assert lines[0].startswith("fedcore run: fedavg") and len(lines) == 2
+    err = lines[1]
+    assert err.startswith("error: training diverged in round") and "returned NaN/inf parameters" in err and "train.lr" in err
+    assert not (out / "metrics.json").exists() and not (out / "model.pt").exists()
+
+
+def test_check_finite_names_the_clients_and_ignores_integer_tensors():
+    from fedcore.engine.loop import check_finite, nonfinite
+    from fedcore.engine.types import ClientUpdate
+    from fedcore.errors import DivergedError
+
+    ok = {"w": torch.ones(3), "steps": torch.tensor([1, 2])}
+    bad = {"w": torch.tensor([1.0, float("nan")]), "b": torch.tensor([float("inf")])}
+    assert nonfinite(ok) == [] and nonfinite(bad) == ["w", "b"] and nonfinite(None) == []
+    ups = [ClientUpdate(cid=3, num_examples=1, params=ok), ClientUpdate(cid=7, num_examples=1, params=bad),
+           ClientUpdate(cid=9, num_examples=1)]
+    check_finite(ok, ups, 4)  # a finite global model passes, whatever a client sent
+    with pytest.raises(DivergedError, match=r"round 4: client\(s\) 7 returned"):
+        check_finite(bad, ups, 4)
+    with pytest.raises(DivergedError, match="the aggregate has NaN/inf in w, b"):
+        check_finite(bad, ups[:1], 4)
+
+
 def test_summary_keeps_aggregate_metrics_and_drops_per_client_ones():
     from fedcore.run import summarize
 
