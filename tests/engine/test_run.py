@@ -219,7 +219,8 @@ def test_a_diverged_run_stops_with_one_line_and_no_summary(tmp_path, artifact, e
     lines = capsys.readouterr().err.strip().splitlines()  # the run's banner, then the error
     assert lines[0].startswith("fedcore run: fedavg") and len(lines) == 2
     err = lines[1]
-    assert err.startswith("error: training diverged in round") and "returned NaN/inf parameters" in err and "train.lr" in err
+    assert err.startswith("error: training diverged in round")
+    assert "returned NaN/inf parameters" in err and "train.lr" in err
     assert not (out / "metrics.json").exists() and not (out / "model.pt").exists()
 
 
