@@ -13,16 +13,34 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic import Strict as StrictType
 
 INT_MAX = 2**31 - 1
 # Integers are strict: `num_clients: true` or `width: 1.0e+12` is refused, not read as 1 or 10**12.
 # Every float must be finite (allow_inf_nan=False): `lr: .inf` used to train to NaN silently.
 Int = Annotated[int, StrictType(), Field(le=INT_MAX)]
+
+
+def _finite_tree(tree: Any, path: str = "") -> Any:
+    """The free-form params dicts (data, model, method) hold Any, which allow_inf_nan does not
+    reach: `model.params.norm=.inf` was kept, then written back as null by to_yaml."""
+    if isinstance(tree, float) and not math.isfinite(tree):
+        raise ValueError(f"{path or 'value'} must be a finite number, got {tree}")
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            _finite_tree(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(tree, list | tuple):
+        for i, v in enumerate(tree):
+            _finite_tree(v, f"{path}[{i}]")
+    return tree
+
+
+Params = Annotated[dict[str, Any], AfterValidator(_finite_tree)]
 
 
 class Strict(BaseModel):
@@ -40,7 +58,7 @@ class DataConfig(Strict):
         None, ge=0, description="seed of the partition and noise scene; default: the experiment seed. "
         "Fix it to share one dataset across training seeds"
     )
-    params: dict[str, Any] = Field(default_factory=dict, description="dataset-specific options")
+    params: Params = Field(default_factory=dict, description="dataset-specific options")
 
 
 PartitionKind = Literal["iid", "dirichlet", "bernoulli_dirichlet", "shards", "quantity", "natural", "label_sets"]
@@ -105,7 +123,7 @@ class ModelConfig(Strict):
     name: str = "mlp"
     weights: str | None = Field(None, description="local path or s3:// file with pretrained weights")
     width: Int = Field(128, ge=1, le=8192, description="hidden width for mlp/cnn")
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)
 
 
 class TrainConfig(Strict):
@@ -150,7 +168,7 @@ class TrainConfig(Strict):
 
 class MethodConfig(Strict):
     name: str = "fedavg"
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)
 
 
 class TrackingConfig(Strict):
