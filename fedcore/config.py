@@ -27,7 +27,7 @@ Int = Annotated[int, StrictType(), Field(le=INT_MAX)]
 
 
 def _finite_tree(tree: Any, path: str = "") -> Any:
-    """The free-form params dicts (data, model, method) hold Any, which allow_inf_nan does not
+    """The free-form params dicts (data, model) hold Any, which allow_inf_nan does not
     reach: `model.params.norm=.inf` was kept, then written back as null by to_yaml."""
     if isinstance(tree, float) and not math.isfinite(tree):
         raise ValueError(f"{path or 'value'} must be a finite number, got {tree}")
@@ -168,7 +168,7 @@ class TrainConfig(Strict):
 
 class MethodConfig(Strict):
     name: str = "fedavg"
-    params: Params = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)  # typed and checked per method (MethodParams)
 
 
 class TrackingConfig(Strict):
