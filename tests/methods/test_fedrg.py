@@ -186,8 +186,6 @@ def test_rounds_report_both_detectors_and_mean_diag(run_on, fed):
         assert cstate["mix"]["mu"].shape == (10, 32)
 
 
-
-
 @pytest.mark.parametrize("kappa_max", [3.0, 100.0])
 def test_kappa_clamp_reaches_the_mixture(fed, kappa_max):
     from fedcore.methods.fedrg import detect
