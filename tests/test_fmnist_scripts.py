@@ -22,6 +22,9 @@ out=""; prev=""
 for a in "$@"; do [[ "$prev" == --out ]] && out=$a; prev=$a; done
 mkdir -p "$out"
 if [[ "$3" == data ]]; then echo '{}' > "$out/manifest.json"; exit 0; fi
+if [[ -n "${FAKE_DIVERGE:-}" && "$*" == *"$FAKE_DIVERGE"* ]]; then  # what the engine says, exit 2, no metrics
+  echo "error: training diverged in round 35: client(s) 5 returned NaN/inf parameters" >&2; exit 2
+fi
 # fedavg: last-10 0.30, best 0.50 at round 4; every other method: last-10 0.55, best 0.60 at round 9
 if [[ "$*" == *method.name=fedavg* ]]; then l=0.30 b=0.50 r=4; else l=0.55 b=0.60 r=9; fi
 echo "{\"summary\": {\"final/acc_last10\": $l, \"final/acc_best\": $b, \"final/acc_best_round\": $r}}" \
@@ -131,3 +134,22 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
     script(fake, "docs/results/fedgr.sh", str(out), "1", "fmnist")
     assert sorted(r.split("--out ")[1].split()[0] for r in calls(fake, "run")) == \
         [f"{out}/fedgr_mixed/fedgr/s3", f"{out}/fedgr_sym/fedgr/s3"]
+
+
+def test_a_diverged_seed_is_named_in_the_table_and_not_retried_unless_asked(tmp_path: Path, fake: dict):
+    out = tmp_path / "fm"
+    fake.update(FM_ROWS="fedavg coteaching", FAKE_DIVERGE="seed=2 -s method.name=coteaching")
+    first = script(fake, "docs/results/baselines.sh", "fmnist", str(out))
+    assert first.stdout.count("| coteaching (2; s2 diverged in round 35) | 55.0 ± 0.0 |") == 8  # every preset
+    assert "| fedavg (3) |" in first.stdout
+    assert "FAILED" in first.stdout and not (out / "fedsir_09/coteaching/s2/metrics.json").exists()
+
+    Path(fake["FAKE_LOG"]).unlink()
+    again = script(fake, "docs/results/baselines.sh", "fmnist", str(out))
+    assert calls(fake, "run") == []
+    assert f"skipping {out}/fedsir_09/coteaching/s2 (diverged before" in again.stderr
+
+    fake["FM_RETRY"] = "1"
+    script(fake, "docs/results/baselines.sh", "fmnist", str(out))
+    retried = [r.split("--out ")[1].split()[0] for r in calls(fake, "run")]
+    assert len(retried) == 8 and all(r.endswith("/coteaching/s2") for r in retried)

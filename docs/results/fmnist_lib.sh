@@ -8,7 +8,8 @@
 #   EXTRA (appended to every run, e.g. "-s train.device=cuda"; never data/partition/noise keys),
 #   FMNIST_PRESETS (configs/fmnist: where <preset>.yaml lives),
 #   FM_ROWS (a space-separated list of row names: queue only those). A row named *-clean runs on
-#   the clean-label artifact.
+#   the clean-label artifact. FM_RETRY=1: run again the seeds whose last try diverged (skipped
+#   by default; their <seed>.log says why).
 # Baselines log the small-loss probe on their global model (train.loss_probe; it never feeds back
 # into training), so docs can compare a method's detector with small loss on a FedAvg+CE model.
 FMNIST_OUT=${FMNIST_OUT:-runs/fmnist}
@@ -48,6 +49,11 @@ fm_queue() {  # preset row args... : one run per seed; command.txt records the r
   for seed in $SEEDS; do
     run=$FMNIST_OUT/$preset/$row/s$seed
     [ -f "$run/metrics.json" ] && continue
+    # A run the engine stopped as diverged would diverge again (same data, seed and machine): its
+    # log keeps the reason and the table names the seed. FM_RETRY=1 runs it again.
+    if [ -z "${FM_RETRY:-}" ] && grep -qs "training diverged" "$run.log"; then
+      echo "fmnist: skipping $run (diverged before, see $run.log; FM_RETRY=1 retries)" >&2; continue
+    fi
     data=$(fm_prepare "$preset" "$seed" $clean) || return 1
     echo "nice -n 10 $PY -m fedcore run $FMNIST_PRESETS/$preset.yaml --data $data --out $run $(fm_resume "$run")" \
       "-s seed=$seed $* $EXTRA --no-progress > $run.log 2>&1 || echo FAILED $run" >> "$fm_jobs"

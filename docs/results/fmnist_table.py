@@ -6,12 +6,15 @@ One Markdown table per preset, one row per run folder (docs/results/fmnist_lib.s
 global memorization at the first and last evaluation, identification F1 and the last relabel
 precision where the method logs them, and whether the row beats FedAvg (its last-10 above
 FedAvg's best round on the same preset). The command behind each row follows the table.
+A seed whose run stopped with "training diverged" (its <seed>.log beside the run folder, no
+metrics.json) is named in its row's label, so a dropped seed never passes unnoticed.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -42,28 +45,39 @@ def fmt(vals: list, scale: float = 100.0, digits: int = 1) -> str:
     return f"{m:.{digits}f}" if len(vals) == 1 else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
-def rows_of(root: Path, preset: str) -> dict[str, list[dict]]:
-    found = {d.name: [load(r) for r in sorted(d.glob("s*")) if (r / "metrics.json").is_file()]
+def diverged(row: Path) -> list[str]:
+    """'s2 diverged in round 35' for each seed of a row whose run the engine stopped as diverged."""
+    out = []
+    for log in sorted(row.glob("s*.log")):
+        m = re.search(r"training diverged in round (\d+)", log.read_text(errors="replace"))
+        if m and not (row / log.stem / "metrics.json").is_file():
+            out.append(f"{log.stem} diverged in round {m.group(1)}")
+    return out
+
+
+def rows_of(root: Path, preset: str) -> dict[str, tuple[list[dict], list[str]]]:
+    found = {d.name: ([load(r) for r in sorted(d.glob("s*")) if (r / "metrics.json").is_file()], diverged(d))
              for d in (root / preset).iterdir() if d.is_dir() and not d.name.startswith("data-")}
-    names = [n for n in ORDER if found.get(n)] + sorted(n for n in found if n not in ORDER and found[n])
+    names = [n for n in ORDER if any(found.get(n, ()))] + sorted(n for n in found if n not in ORDER and any(found[n]))
     return {n: found[n] for n in names}
 
 
 def table(root: Path, preset: str) -> list[str]:
     rows = rows_of(root, preset)
-    ref = rows.get("fedavg", [])
+    ref = rows.get("fedavg", ([], []))[0]
     ref_best = np.mean([r["best"] for r in ref]) if ref else None
     lines = [f"### {preset}", "", "| method (seeds) | acc last-10 | acc best | best round | memorized first → last "
              "| client F1 | relabel P | beats FedAvg |", "|---|---|---|---|---|---|---|---|"]
-    for name, runs in rows.items():
+    for name, (runs, lost) in rows.items():
         def col(k, runs=runs):
             return [r[k] for r in runs]
 
         verdict = "-"
-        if ref_best is not None and name not in ("fedavg", "fedavg-clean"):
+        if ref_best is not None and runs and name not in ("fedavg", "fedavg-clean"):
             d = 100 * (np.mean(col("last10")) - ref_best)
             verdict = f"{'yes' if d > 0 else 'no'} ({d:+.1f})"
-        lines.append(f"| {name} ({len(runs)}) | {fmt(col('last10'))} | {fmt(col('best'))} "
+        seeds = "; ".join([str(len(runs)), *lost])
+        lines.append(f"| {name} ({seeds}) | {fmt(col('last10'))} | {fmt(col('best'))} "
                      f"| {fmt(col('best_round'), 1.0, 0)} | {fmt(col('mem_first'))} → {fmt(col('mem_last'))} "
                      f"| {fmt(col('f1'), 1.0, 2)} | {fmt(col('relabel_p'), 1.0, 2)} | {verdict} |")
     lines += ["", "Commands (seeds 0-2; `docs/results/fmnist_lib.sh` prepares the data):", ""]
