@@ -9,6 +9,7 @@ and at the last round; r_k MAE and sample F1 at the last round; the last round's
 samples in FedGR's pseudo-label tier, share of flagged samples with a confident pseudo-label
 and cache coverage; the global model's memorization of the noisy labels at the last round and
 its maximum; the local models' memorization of their own noisy labels (mean over rounds).
+The seeds column lists the seeds found and names any seed the engine stopped as diverged.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script, also when imported by file
+from fmnist_table import diverged  # noqa: E402
 
 ORDER = ["fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix", "fedgr", "fedgr-no_fs",
          "fedgr-no_lr", "fedgr-no_b", "fedgr-no_r", "fedgr-classwise", "fedgr-v1", "fedgr-text", "fedgr-probe",
@@ -72,7 +76,7 @@ def table(root: Path, preset: str, names: list[str]) -> list[str]:
             continue
         runs = [load(p.parent) for p in found]
         cells = [fmt([r[key] for r in runs], scale, digits) for key, _, scale, digits in COLUMNS]
-        seeds = ",".join(p.parent.name[1:] for p in found)
+        seeds = "; ".join([",".join(p.parent.name[1:] for p in found), *diverged(root / preset / name)])
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {seeds} |")
     return lines
 
