@@ -141,7 +141,8 @@ class TrainConfig(Strict):
     weight_decay: float = Field(5e-4, ge=0.0, le=1.0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: Int | None = Field(
-        None, ge=1, description="torch CPU threads for this run; small models on busy machines run faster with 1"
+        None, ge=1, description="CPU threads for this run (torch and the BLAS pools of numpy, scipy and "
+        "scikit-learn); small models on busy machines run faster with 1"
     )
     eval_every: Int = Field(1, ge=1)
     checkpoint_every: Int = Field(0, ge=0, description="0 = only at stage ends")

@@ -113,14 +113,33 @@ def run_experiment(
     the holder's pid), and SIGTERM ends the run as an interruption, like Ctrl-C.
     """
     main = dist is None or dist.is_main
-    with run_dir_lock(out_dir) if main else contextlib.nullcontext(), terminate_as_interrupt():
+    with run_dir_lock(out_dir) if main else contextlib.nullcontext(), terminate_as_interrupt(), \
+            cpu_threads(cfg.train.threads):
         return _run_locked(cfg, Path(out_dir), data, resume, stages, callbacks, dist)
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int | None) -> Iterator[None]:
+    """train.threads for the whole run: torch's pool and the BLAS/OpenMP pools that numpy, scipy
+    and scikit-learn use (GMMs, eigendecompositions). Limiting torch alone left the run's result
+    depending on OMP_NUM_THREADS: a multi-threaded BLAS sums in another order, and FedSIR's
+    relabeling then differed between `fedcore run` and the same config run in-process."""
+    if not n:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        torch.set_num_threads(before)  # an in-process caller (a test, a pipeline task) gets its pool back
 
 
 def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
     device = dist.device if dist else resolve_device(cfg.train.device)
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
     fed = main_first(dist, lambda: load_or_build_data(cfg, data))  # a dataset cache is written once
     ctx = make_context(cfg, fed, device)
     method = build_method(cfg)

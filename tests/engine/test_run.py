@@ -265,3 +265,33 @@ def test_run_outputs_and_data_artifacts_get_the_permissions_of_plain_files(tmp_p
     saved = build(cfg).save(tmp_path / "art")
     assert saved.stat().st_mode == plain_dir.stat().st_mode
     assert {p.stat().st_mode for p in saved.iterdir()} == {plain_file.stat().st_mode}
+
+
+class PoolProbe(Callback):
+    """Records the CPU thread pools a run trains under."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def after_round(self, rnd, stage, metrics):
+        from threadpoolctl import threadpool_info
+
+        pools = {i["internal_api"]: i["num_threads"] for i in threadpool_info()}
+        self.seen = pools | {"torch": torch.get_num_threads()}
+
+
+def test_train_threads_limits_the_blas_pools_too_and_gives_them_back(tmp_path, artifact):
+    """train.threads used to set torch's pool only: numpy's and scikit-learn's BLAS kept theirs, so
+    an in-process run (threads=1) and `fedcore run` under OMP_NUM_THREADS=1 relabeled differently."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    probe = PoolProbe()
+    with threadpool_limits(limits=2):
+        torch.set_num_threads(2)
+        before = {i["filepath"]: i["num_threads"] for i in threadpool_info()}
+        run_experiment(load_config("configs/quickstart.yaml", [*FAST, "train.rounds=1", "train.threads=1"]),
+                       tmp_path / "run", data=artifact, callbacks=[probe])
+        assert {i["filepath"]: i["num_threads"] for i in threadpool_info()} == before
+        assert torch.get_num_threads() == 2
+    assert "openblas" in probe.seen or "mkl" in probe.seen  # numpy's BLAS is among the pools limited
+    assert set(probe.seen.values()) == {1}, probe.seen
