@@ -43,8 +43,23 @@ def _finite_tree(tree: Any, path: str = "") -> Any:
 Params = Annotated[dict[str, Any], AfterValidator(_finite_tree)]
 
 
+def tune_range(low: float, high: float, log: bool = False) -> dict[str, Any]:
+    """A field's search space for `fedcore tune` (and Katib), kept beside its default:
+    `Field(0.05, json_schema_extra=tune_range(1e-3, 0.2, log=True))`. `fedcore.tuning` reads it."""
+    return {"tune": {"low": low, "high": high, "log": log}}
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+class ValidationConfig(Strict):
+    fraction: float = Field(
+        0.0, ge=0.0, lt=1.0, description="share of each client's training samples held out for validation; "
+        "they keep their noisy labels and no method trains on them (val/acc, final/acc_at_val_best); 0 = none")
+    server_clean: Int = Field(
+        0, ge=0, description="size of a clean, server-side validation set taken from the training pool "
+        "(val_server/acc); an extra assumption that every report marks")
 
 
 class DataConfig(Strict):
@@ -58,6 +73,7 @@ class DataConfig(Strict):
         None, ge=0, description="seed of the partition and noise scene; default: the experiment seed. "
         "Fix it to share one dataset across training seeds"
     )
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
     params: Params = Field(default_factory=dict, description="dataset-specific options")
 
 
@@ -136,9 +152,13 @@ class TrainConfig(Strict):
     local_steps: Int | None = Field(None, ge=1, description="fixed local steps; overrides local_epochs")
     batch_size: Int = Field(32, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
-    lr: float = Field(0.05, gt=0.0, le=10.0, description="learning rate (above 10 every optimizer diverges)")
-    momentum: float = Field(0.9, ge=0.0, lt=1.0)
-    weight_decay: float = Field(5e-4, ge=0.0, le=1.0)
+    lr: float = Field(0.05, gt=0.0, le=10.0, description="learning rate (above 10 every optimizer diverges)",
+                      json_schema_extra=tune_range(0.005, 0.2, log=True))
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, json_schema_extra=tune_range(0.0, 0.95))
+    weight_decay: float = Field(5e-4, ge=0.0, le=1.0, json_schema_extra=tune_range(1e-5, 1e-2, log=True))
+    grad_clip: float | None = Field(
+        None, gt=0.0, description="clip each local step's gradient to this global L2 norm "
+        "(torch.nn.utils.clip_grad_norm_, per client); default off")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: Int | None = Field(
         None, ge=1, description="CPU threads for this run (torch and the BLAS pools of numpy, scipy and "
@@ -146,7 +166,8 @@ class TrainConfig(Strict):
     )
     eval_every: Int = Field(1, ge=1)
     checkpoint_every: Int = Field(0, ge=0, description="0 = only at stage ends")
-    early_stop_patience: Int = Field(0, ge=0, description="evaluations without improvement; 0 = off")
+    early_stop_patience: Int = Field(
+        0, ge=0, description="evaluations without a better val/acc (val/mAP); needs data.validation; 0 = off")
     augment: Literal["none", "weak"] = Field("none", description="augmentation for plain local training")
     memorization: bool = Field(True, description="score memorization of noisy training labels at eval")
     executor: Literal["auto", "sequential", "batched"] = Field(
@@ -210,6 +231,10 @@ class ExperimentConfig(Strict):
     def _cross_field(self) -> ExperimentConfig:
         if self.noise.scope == "localized" and self.partition.num_clients < 2 and self.partition.kind == "iid":
             raise ValueError("noise.scope 'localized' needs a non-IID partition over several clients")
+        v = self.data.validation
+        if self.train.early_stop_patience and not (v.fraction > 0 or v.server_clean > 0):
+            raise ValueError("train.early_stop_patience stops on validation, never on the test split: set "
+                             "data.validation.fraction (e.g. 0.1) or data.validation.server_clean")
         n = self.noise.num_noisy_clients
         if n is not None and n > self.partition.num_clients:
             raise ValueError(
@@ -227,12 +252,23 @@ class ExperimentConfig(Strict):
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
+    def hashed_dict(self) -> dict[str, Any]:
+        """to_dict() less the fields added after artifacts were first hashed, where they hold
+        their defaults (data.validation, train.grad_clip): an artifact or run prepared before
+        they existed keeps its data_hash and config_hash, so `--data` and `--resume` still accept it."""
+        d = self.to_dict()
+        if d["data"]["validation"] == ValidationConfig().model_dump(mode="json"):
+            del d["data"]["validation"]
+        if d["train"]["grad_clip"] is None:
+            del d["train"]["grad_clip"]
+        return d
+
     def config_hash(self, sections: tuple[str, ...] | None = None) -> str:
         """Stable 16-hex digest of the config (or of some sections), independent of key order.
 
         Tracking settings never change results, so they are left out of the default hash.
         """
-        d = self.to_dict()
+        d = self.hashed_dict()
         keys = sections or tuple(k for k in d if k != "tracking")
         payload = json.dumps({k: d[k] for k in keys}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -244,14 +280,14 @@ class ExperimentConfig(Strict):
 
     def data_hash(self) -> str:
         """Digest of what determines the FederatedDataset (data, partition, noise, data seed)."""
-        d = self.to_dict()
+        d = self.hashed_dict()
         payload = {k: d[k] for k in ("data", "partition", "noise")}
         payload["data"] = {**payload["data"], "seed": self.data_seed, "cache_dir": None}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def resume_hash(self) -> str:
         """Digest of everything a checkpoint depends on: round budgets may grow, tracking may change."""
-        d = self.to_dict()
+        d = self.hashed_dict()
         d.pop("tracking")
         free = ("rounds", "stage_rounds", "checkpoint_every", "threads")
         d["train"] = {k: v for k, v in d["train"].items() if k not in free}

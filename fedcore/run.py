@@ -39,7 +39,7 @@ from fedcore.engine.types import RunContext, ServerState
 from fedcore.errors import ConfigError, Terminated
 from fedcore.io import atomic_write_bytes, run_dir_lock
 from fedcore.methods.registry import build_method
-from fedcore.metrics.classification import summarize_history
+from fedcore.metrics.classification import at_val_best, summarize_history
 from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
 from fedcore.models import resolve_device
 
@@ -227,6 +227,9 @@ _PER_CLIENT = re.compile(r"/client_\d+$")  # e.g. noise/rate_est/client_07; dete
 def summarize(history: list[dict[str, Any]], task: str) -> dict[str, float]:
     key = "test/mAP" if task == "multi" else "test/acc"
     summary = summarize_history(history, key)
+    short = key.split("/", 1)[1]
+    for where in ("val", "val_server"):
+        summary.update(at_val_best(history, key, f"{where}/{short}"))
     # The latest value of every scalar that is not per-client, so run tables can show e.g. rate Pearson.
     latest: dict[str, float] = {}
     for row in history:

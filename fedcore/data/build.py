@@ -12,6 +12,7 @@ from fedcore.data.datasets import RawDataset, load_dataset
 from fedcore.data.federated import FederatedDataset, GroundTruth
 from fedcore.data.noise import NoiseScene, inject_noise
 from fedcore.data.partition import class_histogram, partition
+from fedcore.data.validation import apply_split, split_validation
 from fedcore.errors import ConfigError
 
 
@@ -34,6 +35,12 @@ def build(cfg: ExperimentConfig) -> FederatedDataset:
     ds = load_dataset(cfg.data)
     parts = partition(ds.y_train, cfg.partition, ds.num_classes, cfg.data_seed, groups=ds.groups)
     scene = scene_for(ds, parts, cfg)
+    x_train, val, v = ds.x_train, None, cfg.data.validation
+    if v.fraction > 0 or v.server_clean > 0:
+        # After partition and noise: the scene is the same with or without validation, and the
+        # held-out samples carry the noisy labels their clients were given.
+        x_train, scene, parts, val = apply_split(ds.x_train, scene, split_validation(
+            parts, v.fraction, v.server_clean, cfg.data_seed))
     meta = {
         "name": ds.name,
         "task": ds.task,
@@ -43,7 +50,7 @@ def build(cfg: ExperimentConfig) -> FederatedDataset:
         "mean": list(ds.mean),
         "std": list(ds.std),
         "flip_ok": ds.flip_ok,
-        "num_train": int(len(ds.y_train)),
+        "num_train": int(len(scene.y_noisy)),
         "num_test": int(len(ds.y_test)),
         "seed": cfg.data_seed,
         "config_hash": cfg.config_hash(),
@@ -53,17 +60,20 @@ def build(cfg: ExperimentConfig) -> FederatedDataset:
         "notes": scene.notes,
         "extras": _jsonable(ds.extras),
     }
+    if val is not None:
+        meta["validation"] = {"fraction": v.fraction, "num_val": val.num_clients_val, "server_clean": val.num_server,
+                              "assumption": "a clean server-side set" if val.num_server else None}
     truth = GroundTruth(
         y_true=scene.y_true, is_noisy_sample=scene.is_noisy_sample, is_noisy_client=scene.is_noisy_client,
         noise_type=scene.noise_type, target_rate=scene.target_rate, realized_rate=scene.realized_rate,
         y_true_known=scene.y_true_known,
     )
     return FederatedDataset(
-        x_train=torch.from_numpy(np.ascontiguousarray(ds.x_train)),
+        x_train=torch.from_numpy(np.ascontiguousarray(x_train)),
         y_train=torch.from_numpy(np.ascontiguousarray(scene.y_noisy)),
         x_test=torch.from_numpy(np.ascontiguousarray(ds.x_test)),
         y_test=torch.from_numpy(np.ascontiguousarray(ds.y_test)),
-        client_indices=parts, truth=truth, meta=meta,
+        client_indices=parts, truth=truth, meta=meta, val=val,
     )
 
 

@@ -2,7 +2,9 @@
 
 Saved as a versioned directory:
 
-    data.pt        x_train, working labels, x_test, y_test, client indices (no ground truth)
+    data.pt        x_train, working labels, x_test, y_test, client indices (no ground truth), and
+                   with data.validation the held-out set: x_val, y_val (noisy), val_owner,
+                   x_server, y_server (the clean server set, when asked for)
     truth.pt       y_true, noise flags, per-client rates (only metrics read this)
     scene.json     the human-readable noise-scene report
     manifest.json  format version, fedcore version, config hash, meta, sha256 of every file,
@@ -29,6 +31,7 @@ import torch
 
 import fedcore
 from fedcore.data.premise import premise_check
+from fedcore.data.validation import ValidationSet
 from fedcore.errors import ArtifactError
 from fedcore.io import publish_dir, sha256_file
 
@@ -66,6 +69,7 @@ class FederatedDataset:
     truth: GroundTruth
     meta: dict[str, Any]
     manifest: dict[str, Any] = field(default_factory=dict)
+    val: ValidationSet | None = None  # held out of x_train; only the evaluator reads it
 
     # -- convenience ---------------------------------------------------------------------
     @property
@@ -93,7 +97,8 @@ class FederatedDataset:
         try:
             torch.save(
                 {"x_train": self.x_train, "y_train": self.y_train, "x_test": self.x_test, "y_test": self.y_test,
-                 "client_indices": [torch.from_numpy(np.asarray(p, dtype=np.int64)) for p in self.client_indices]},
+                 "client_indices": [torch.from_numpy(np.asarray(p, dtype=np.int64)) for p in self.client_indices],
+                 **_val_to_tensors(self.val)},
                 tmp / "data.pt",
             )
             torch.save(_truth_to_tensors(self.truth), tmp / "truth.pt")
@@ -145,7 +150,7 @@ class FederatedDataset:
         return cls(
             x_train=data["x_train"], y_train=data["y_train"], x_test=data["x_test"], y_test=data["y_test"],
             client_indices=[t.numpy() for t in data["client_indices"]], truth=truth,
-            meta=manifest["meta"], manifest=manifest,
+            meta=manifest["meta"], manifest=manifest, val=_val_from_tensors(data),
         )
 
 
@@ -236,6 +241,21 @@ def _local_artifact_dir(uri: str) -> Path:
     return Path(uri)
 
 
+_VAL_KEYS = {"x_val": "x", "y_val": "y", "val_owner": "owner", "x_server": "x_server", "y_server": "y_server"}
+
+
+def _val_to_tensors(val: ValidationSet | None) -> dict[str, torch.Tensor]:
+    if val is None:
+        return {}  # an artifact without validation is byte-for-byte what it was before validation existed
+    return {key: torch.from_numpy(np.ascontiguousarray(getattr(val, attr))) for key, attr in _VAL_KEYS.items()}
+
+
+def _val_from_tensors(data: dict[str, Any]) -> ValidationSet | None:
+    if "x_val" not in data:
+        return None
+    return ValidationSet(**{attr: data[key].numpy() for key, attr in _VAL_KEYS.items()})
+
+
 def _truth_to_tensors(t: GroundTruth) -> dict[str, Any]:
     d: dict[str, Any] = {
         "y_true": torch.from_numpy(np.ascontiguousarray(t.y_true)),
@@ -265,10 +285,12 @@ def scene_report(fed: FederatedDataset) -> dict[str, Any]:
     premise check of consensus methods where the dataset knows its true label correlation)."""
     t = fed.truth
     clients = []
+    held = np.bincount(fed.val.owner, minlength=fed.num_clients) if fed.val is not None else None
     for cid, idx in enumerate(fed.client_indices):
         clients.append({
             "client": cid,
             "size": int(len(idx)),
+            **({"val_size": int(held[cid])} if held is not None else {}),
             "classes": int(len(np.unique(t.y_true[idx], axis=0))) if t.y_true.ndim == 1 else int(
                 (t.y_true[idx].sum(axis=0) > 0).sum()),
             "noisy": bool(t.is_noisy_client[cid]),
@@ -286,6 +308,7 @@ def scene_report(fed: FederatedDataset) -> dict[str, Any]:
         "overall_noise_rate": _f(np.mean(t.is_noisy_sample)),
         "clients": clients,
         "notes": fed.meta.get("notes", []),
+        **({"validation": fed.meta["validation"]} if "validation" in fed.meta else {}),
         **_premise(fed),
     }
 

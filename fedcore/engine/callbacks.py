@@ -42,16 +42,21 @@ class Callback:
         """Restore what `state_dict` returned."""
 
 
+VAL_KEYS = ("val/acc", "val/mAP", "val_server/acc", "val_server/mAP")
+
+
 class EarlyStopping(Callback):
-    """Stop after `patience` evaluations without a better test score."""
+    """Stop after `patience` evaluations without a better validation score.
+
+    The test split is never what stops a run: a user has no test labels to stop on."""
 
     def __init__(self, patience: int, key: str | None = None) -> None:
-        # key None: test/acc, or test/mAP on multi-label runs (which have no accuracy).
+        # key None: the first of VAL_KEYS the run logs (clients' held-out split first).
         self.patience, self.key = patience, key
         self.best, self.bad = -math.inf, 0
 
     def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
-        key = self.key or next((k for k in ("test/acc", "test/mAP") if k in metrics), None)
+        key = self.key or next((k for k in VAL_KEYS if k in metrics), None)
         if key is None or key not in metrics:
             return
         if metrics[key] > self.best:

@@ -86,6 +86,22 @@ class StackedAdam:
             p.addcdiv_(m, denom, value=-step_size)
 
 
+@torch.no_grad()
+def clip_rows_(grads: Sequence[Tensor | None], max_norm: float) -> Tensor | None:
+    """torch.nn.utils.clip_grad_norm_ for each row of a stack: row r's gradients (every tensor's
+    r-th slice) are scaled by min(1, max_norm / (||g_r|| + 1e-6)), the global L2 norm over all its
+    tensors. Returns the rows' norms before clipping (K,), or None when no gradient is present."""
+    present = [g for g in grads if g is not None]
+    if not present:
+        return None
+    sq = torch.stack([g.flatten(1).pow(2).sum(1) for g in present]).sum(0)
+    norms = sq.sqrt()
+    coef = (max_norm / (norms + 1e-6)).clamp_(max=1.0)
+    for g in present:
+        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))))
+    return norms
+
+
 def make_stacked_optimizer(kind: str, lr: float, momentum: float, weight_decay: float) -> StackedSGD | StackedAdam:
     """The stacked twin of `fedcore.train.local.make_optimizer` (same kinds and defaults)."""
     if kind == "adam":

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from fedcore.engine.drawn import Drawn
-from fedcore.engine.foptim import make_stacked_optimizer
+from fedcore.engine.foptim import clip_rows_, make_stacked_optimizer
 from fedcore.engine.program import LocalProgram, StackedStep
 from fedcore.engine.stacknet import StackedNet
 from fedcore.engine.types import OptimSpec, Params
@@ -91,6 +91,7 @@ class _Stack:
             self.fields["__idx"] = torch.cat([p.data.indices for p in programs])
         s = first.spec
         self.opt = make_stacked_optimizer(s.kind, s.lr, s.momentum, s.weight_decay)
+        self.grad_clip = s.grad_clip
         self.loss_sum = torch.zeros(len(programs), device=self.dev)
         self.logs: dict[str, Tensor] = {}
 
@@ -201,6 +202,8 @@ def _step(st: _Stack, first: LocalProgram, net: StackedNet, batch: dict, w: Tens
     params, leaves = st.step_params()
     loss, logs = _client_losses(first, net, params, st, batch, w)
     grads = torch.autograd.grad(loss.sum(), leaves, allow_unused=True)
+    if st.grad_clip:
+        clip_rows_(grads, st.grad_clip)
     st.opt.step([st.params[n][: st.k] for n in st.trainable], list(grads))
     k = st.k
     st.loss_sum[:k] += loss.detach()

@@ -49,11 +49,13 @@ class OptimSpec:
     epochs: int = 1
     steps: int | None = None
     batch_size: int = 32
+    grad_clip: float | None = None  # max global L2 norm of a step's gradient; None: no clipping
 
     @classmethod
     def from_train(cls, train, **overrides) -> OptimSpec:  # train: fedcore.config.TrainConfig
         base = dict(kind=train.optimizer, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay,
-                    epochs=train.local_epochs, steps=train.local_steps, batch_size=train.batch_size)
+                    epochs=train.local_epochs, steps=train.local_steps, batch_size=train.batch_size,
+                    grad_clip=train.grad_clip)
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
 

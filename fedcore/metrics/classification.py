@@ -52,3 +52,26 @@ def summarize_history(history: Sequence[dict], key: str = "test/acc") -> dict[st
     best = max(finite, key=lambda i: (vals[i], -i)) if finite else len(vals) - 1
     return {f"final/{short}": vals[-1], f"final/{short}_best": vals[best],
             f"final/{short}_best_round": evals[best][1], f"final/{short}_last10": last_k_mean(vals, 10)}
+
+
+def at_val_best(history: Sequence[dict], test_key: str = "test/acc", val_key: str = "val/acc") -> dict[str, float]:
+    """Test score at the round validation picks: early stopping as a user without test labels runs it.
+
+    The picked round is the first evaluation with the highest finite `val_key` (ties go to the
+    earliest), among the evaluations that also scored `test_key`. Returns, for test_key
+    'test/acc' and val_key 'val/acc': final/acc_at_val_best, final/val_acc_best,
+    final/val_best_round and final/val_acc_last10 (the mean of the last 10 validation scores,
+    the tuning objective of a run judged at its end); {} when no round was validated.
+    The val_server/* keys name theirs after the prefix (final/acc_at_val_server_best, ...).
+    """
+    evals = [(float(h[val_key]), float(h[test_key]), float(h.get("round", i + 1)))
+             for i, h in enumerate(h for h in history if val_key in h and test_key in h)]
+    finite = [i for i, (v, _, _) in enumerate(evals) if np.isfinite(v)]
+    if not finite:
+        return {}
+    best = max(finite, key=lambda i: (evals[i][0], -i))
+    short, vshort = test_key.split("/", 1)[1], val_key.replace("/", "_")
+    where = vshort.rsplit("_", 1)[0]  # 'val' or 'val_server'
+    return {f"final/{short}_at_{where}_best": evals[best][1], f"final/{vshort}_best": evals[best][0],
+            f"final/{where}_best_round": evals[best][2],
+            f"final/{vshort}_last10": last_k_mean([v for v, _, _ in evals], 10)}

@@ -111,6 +111,7 @@ class Evaluator:
         # A small-loss detector on the evaluated model, scored like a method's own (single-label).
         self.probe = LossProbe(fed, device, seed) if loss_probe and self.task == "single" else None
         self.scorer = Scorer(fed) if self.probe else None
+        self.val = HeldOut(fed, device, self) if fed.val is not None else None
 
     @torch.no_grad()
     def logits(self, model: torch.nn.Module, store: TensorStore, idx: torch.Tensor) -> torch.Tensor:
@@ -125,7 +126,7 @@ class Evaluator:
 
             out = multilabel_eval(logits, self.y_test, true_corr=self.true_corr)
             self.last = {"logits": logits.cpu()}
-            return out
+            return {**out, **(self.val(model) if self.val else {})}
         pred = logits.argmax(1).cpu().numpy()
         y = self.y_test.cpu().numpy()
         out = {"test/acc": accuracy(y, pred), "test/loss": float(F.cross_entropy(logits, self.y_test))}
@@ -137,6 +138,35 @@ class Evaluator:
             masks = self.probe.flags(lambda idx: self.logits(model, self.train_store, idx), rnd)
             out.update({f"detect/loss_probe/sample_{k}": v for k, v in self.scorer.samples(masks).items()})
         self.last = {"confusion": confusion(y, pred, self.num_classes)}
+        if self.val is not None:
+            out.update(self.val(model))
+        return out
+
+
+class HeldOut:
+    """The global model on the validation split: every client's held-out samples against their
+    noisy labels (val/acc, pooled, i.e. the sample-weighted mean of the clients' accuracies;
+    val/mAP on multi-label runs) and, when present, the clean server set (val_server/*)."""
+
+    def __init__(self, fed: FederatedDataset, device: torch.device, evaluator: Evaluator) -> None:
+        val, self.ev = fed.val, evaluator
+        mean, std = fed.meta["mean"], fed.meta["std"]
+        self.parts = [(prefix, TensorStore(torch.from_numpy(x), mean, std, device), torch.from_numpy(y).to(device))
+                      for prefix, x, y in (("val", val.x, val.y), ("val_server", val.x_server, val.y_server))
+                      if len(y)]
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for prefix, store, y in self.parts:
+            logits = self.ev.logits(model, store, torch.arange(len(y), device=y.device))
+            if self.ev.task == "multi":
+                from fedcore.metrics.multilabel import multilabel_eval
+
+                scores = multilabel_eval(logits, y)
+                out.update({f"{prefix}/{k}": scores[f"test/{k}"] for k in ("mAP", "loss")})
+                continue
+            out[f"{prefix}/acc"] = accuracy(y.cpu().numpy(), logits.argmax(1).cpu().numpy())
+            out[f"{prefix}/loss"] = float(F.cross_entropy(logits, y))
         return out
 
 

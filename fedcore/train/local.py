@@ -50,6 +50,7 @@ def train_local(
     """
     model.train()
     opt = optimizer or make_optimizer([p for p in model.parameters() if p.requires_grad], spec)
+    clipped = [p for g in opt.param_groups for p in g["params"]] if spec.grad_clip else None
     total, steps = torch.zeros((), device=labels.device), 0
     for pos in data.batches(spec.batch_size, gen, epochs=spec.epochs, steps=spec.steps):
         if len(pos) < 2 and data.n >= 2:
@@ -58,6 +59,8 @@ def train_local(
         loss = loss_fn(model, Batch(pos=pos, x=x, y=labels[pos]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if clipped:
+            torch.nn.utils.clip_grad_norm_(clipped, spec.grad_clip)
         opt.step()
         if after_step is not None:
             after_step(model)

@@ -100,7 +100,7 @@ def test_updates_move_between_devices_whole():
 
 
 def test_other_ranks_keep_callback_positions_without_progress_or_tracking():
-    cfg = load_config(CONFIG, ["train.early_stop_patience=3"])
+    cfg = load_config(CONFIG, ["train.early_stop_patience=3", "data.validation.fraction=0.1"])
     main, other = run_callbacks(cfg, 5, progress=True), run_callbacks(cfg, 5, progress=True, main=False)
     assert [type(c) for c in main] == [ProgressCallback, EarlyStopping]
     assert [type(c) for c in other] == [Callback, EarlyStopping]

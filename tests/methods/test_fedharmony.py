@@ -182,15 +182,19 @@ def test_scenes_presets_differ_only_in_their_tiles():
     assert digits == fmnist
 
 
-def test_early_stopping_watches_map_on_multilabel_runs():
+def test_early_stopping_watches_val_map_on_multilabel_runs_and_never_the_test_split():
     from fedcore.engine.callbacks import EarlyStopping
 
     stop = EarlyStopping(patience=1)
-    stop.after_round(1, "train", {"test/mAP": 0.5})
+    stop.after_round(1, "train", {"val/mAP": 0.5, "test/mAP": 0.1})
     assert not stop.should_stop()
-    stop.after_round(2, "train", {"test/mAP": 0.4})
+    stop.after_round(2, "train", {"val/mAP": 0.4, "test/mAP": 0.9})  # a better test score does not count
     assert stop.should_stop()
     acc = EarlyStopping(patience=1)
-    acc.after_round(1, "train", {"test/acc": 0.5, "test/mAP": 0.1})
-    acc.after_round(2, "train", {"test/acc": 0.6, "test/mAP": 0.0})  # accuracy wins when both exist
+    acc.after_round(1, "train", {"val/acc": 0.5, "val/mAP": 0.1})
+    acc.after_round(2, "train", {"val/acc": 0.6, "val/mAP": 0.0})  # accuracy wins when both exist
     assert not acc.should_stop()
+    blind = EarlyStopping(patience=1)
+    for rnd, score in enumerate((0.9, 0.1, 0.0)):
+        blind.after_round(rnd, "train", {"test/acc": score})
+    assert not blind.should_stop()  # no validation logged: nothing to stop on
