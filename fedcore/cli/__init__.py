@@ -14,7 +14,7 @@ import sys
 
 import typer
 
-from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, run, tracking
+from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, run, tracking, tune
 from fedcore.cli.console import make_console
 from fedcore.errors import Terminated, UserError
 
@@ -35,6 +35,7 @@ app.add_typer(tracking.app, name="tracking")
 app.command("run")(run.run)
 app.command("compare")(compare.compare)
 app.command("quickstart")(quickstart.quickstart)
+app.command("tune")(tune.tune)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,7 +19,7 @@ SetOpt = set_option("dotted override, e.g. noise.rate.max=0.9 (repeatable)")
 def config_methods(
     name: Annotated[str | None, typer.Argument(help="a method: list its params (method.params.*)")] = None,
 ) -> None:
-    """List the methods, or one method's params with their types, defaults and meaning."""
+    """List the methods, or one method's params (types, defaults, meaning) and search space."""
     from rich.table import Table
 
     from fedcore.methods.registry import available_methods, describe_params, summary_line
@@ -33,6 +33,22 @@ def config_methods(
         for row in describe_params(name):
             table.add_row(*row)
     console.print(table)
+    if name is not None:
+        console.print(space_table(name))
+
+
+def space_table(name: str):
+    """What `fedcore tune` searches for this method: the train section's ranges and the method's own."""
+    from rich.table import Table
+
+    from fedcore.config import ExperimentConfig
+    from fedcore.tuning.space import full_space
+
+    cfg = ExperimentConfig.model_validate({"method": {"name": name}})
+    table = Table("param", "search space", title=f"{name}: fedcore tune searches (Katib too)")
+    for dim in full_space(cfg):
+        table.add_row(dim.path, dim.describe())
+    return table
 
 
 @app.command("show")

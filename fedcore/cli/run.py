@@ -53,6 +53,8 @@ def run(
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="processes for this one run, each training a share "
                                        "of every round (torchrun; one GPU each on CUDA)")] = 1,
+    katib_metrics: Annotated[bool, typer.Option("--katib-metrics", help="end by printing the validation metrics as "
+                                                "name=value lines (Katib's StdOut collector)")] = False,
 ) -> None:
     """Run one experiment and write history.csv, metrics.json and model.pt.
 
@@ -92,6 +94,23 @@ def run(
             shutdown(info)
     if main:
         console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
+        if katib_metrics:
+            for line in katib_lines(result.summary):
+                print(line, flush=True)
+
+
+def katib_lines(summary: dict[str, float]) -> list[str]:
+    """final/val_* metrics as Katib reads them: 'val_acc_last10=0.8123', and the same under the
+    task-free name (val_score_*: accuracy, or mAP on multi-label runs) that `deploy katib` optimizes."""
+    lines = []
+    for key, value in summary.items():
+        if key.startswith("final/val") and value == value:  # NaN: no line, Katib reports it unavailable
+            name = key.split("/", 1)[1]
+            lines.append(f"{name}={value:.6f}")
+            generic = name.replace("_acc_", "_score_").replace("_mAP_", "_score_")
+            if generic != name:
+                lines.append(f"{generic}={value:.6f}")
+    return lines
 
 
 def _passed_on(set_, data, resume, stage, progress) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from fedcore.config import tune_range
 from fedcore.methods.registry import MethodParams
 
 
@@ -41,7 +42,8 @@ class FedGRParams(MethodParams):
     unrefined: Literal["select", "weighted"] = Field(
         "select", description="w/o LR: CE on GMM-clean samples (authors' code, v1) or q-weighted CE (spec v2 text)"
     )
-    beta: float = Field(0.8, ge=0.0, le=1.0, description="r_k >= beta: pseudo-label tier [v1: 0.4]")
+    beta: float = Field(0.8, ge=0.0, le=1.0, description="r_k >= beta: pseudo-label tier [v1: 0.4]",
+                       json_schema_extra=tune_range(0.5, 0.95))
     tau_conf: float = Field(0.9, ge=0.0, le=1.0, description="pseudo-label confidence threshold [v1: 0.95]")
     clean_keep_label: bool = Field(True, description="r_k >= beta: GMM-clean samples keep y_hat [v1: False]")
     cache: Literal["trusted", "pseudo", "none"] = Field(
@@ -60,7 +62,8 @@ class FedGRParams(MethodParams):
         0.5, ge=0.0, le=1.0, description="reset the teacher to w_g when r_k > beta and cache coverage < this [v1: 0]"
     )
     tau: float = Field(0.5, gt=0.0, description="distillation temperature [v1: 1]")
-    lambda_b: float = Field(1.0, ge=0.0, description="weight of the EMA distillation term B")
+    lambda_b: float = Field(1.0, ge=0.0, description="weight of the EMA distillation term B",
+                           json_schema_extra=tune_range(0.05, 2.0, log=True))
     distill_on: Literal["all", "weighted"] = Field(
         "all", description="all: B on every sample at weight 1 (paper, authors' code); weighted (ours, a "
         "diagnostic): each sample's B weighs what its refined CE weighs (q for a flagged uncached sample, 0 "
@@ -72,7 +75,8 @@ class FedGRParams(MethodParams):
         "kl", description="kl: KL(f_g(weak)/T || f_k(strong)/T); cosine: 1-cos on the weak view [v1]"
     )
     rep_tau: float = Field(0.5, gt=0.0, description="temperature of the embedding KL")
-    lambda_r: float = Field(0.1, ge=0.0, description="weight of R (0.2 for CIFAR-100 / Clothing1M)")
+    lambda_r: float = Field(0.1, ge=0.0, description="weight of R (0.2 for CIFAR-100 / Clothing1M)",
+                           json_schema_extra=tune_range(0.01, 0.5, log=True))
     # -- views ------------------------------------------------------------------------------
     views: Literal["auto", "strong", "weak", "plain"] = Field(
         "auto", description="student / teacher views: strong = RandAugment student, weak-view teacher and "

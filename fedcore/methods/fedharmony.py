@@ -60,6 +60,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from fedcore.config import tune_range
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundMetrics, RoundPlan, ServerState
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
@@ -80,8 +81,10 @@ from fedcore.train.local import predict_client
 
 
 class FedHarmonyParams(MethodParams):
-    lam: float = Field(1.0, ge=0.0, description="weight of the consensus alignment loss")
-    gamma: float = Field(1.0, ge=0.0, description="CAA quality temperature: q_k = exp(-gamma s_k)")
+    lam: float = Field(1.0, ge=0.0, description="weight of the consensus alignment loss",
+                       json_schema_extra=tune_range(0.01, 2.0, log=True))
+    gamma: float = Field(1.0, ge=0.0, description="CAA quality temperature: q_k = exp(-gamma s_k)",
+                         json_schema_extra=tune_range(0.1, 10.0, log=True))
     num_blocks: int | None = Field(None, ge=1, description="G label blocks; default ceil(C / 4)")
     t0_fraction: float = Field(0.5, gt=0.0, description="T0 = t0_fraction * train.rounds in alpha(t)")
     teacher: Literal["mean", "median"] = Field("mean", description="leave-one-out consensus operator")

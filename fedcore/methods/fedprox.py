@@ -15,12 +15,13 @@ from typing import Any
 import torch
 from pydantic import Field
 
+from fedcore.config import tune_range
 from fedcore.methods.base import StagedMethod
 from fedcore.methods.registry import MethodParams, register
 
 
 class FedProxParams(MethodParams):
-    mu: float = Field(0.01, ge=0.0, description="proximal weight")
+    mu: float = Field(0.01, ge=0.0, description="proximal weight", json_schema_extra=tune_range(1e-3, 1.0, log=True))
 
 
 def proximal_term(params: list[torch.Tensor], anchors: list[torch.Tensor], mu: float) -> torch.Tensor:

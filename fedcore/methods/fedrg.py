@@ -62,6 +62,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from fedcore.config import tune_range
 from fedcore.engine.types import Estimates, RoundMetrics, RoundPlan, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
@@ -90,8 +91,8 @@ class FedRGParams(MethodParams):
     proj_dim: int = Field(128, ge=1, description="projector output size")
     components: int | None = Field(None, ge=1, description="vMF components G; default: number of classes")
     normalizer: bool = Field(True, description="include log C_d(kappa) in the responsibilities")
-    lambda_s: float = Field(0.4, ge=0.0)
-    lambda_n: float = Field(1.0, ge=0.0)
+    lambda_s: float = Field(0.4, ge=0.0, json_schema_extra=tune_range(0.1, 1.0))
+    lambda_n: float = Field(1.0, ge=0.0, json_schema_extra=tune_range(0.25, 2.0, log=True))
     sce_alpha: float = Field(0.1, ge=0.0)
     sce_beta: float = Field(1.0, ge=0.0)
     eta: float = Field(0.5, gt=0.0, description="Dirichlet smoothing of B")

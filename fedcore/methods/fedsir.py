@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from fedcore.config import tune_range
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, ServerState, Stage
 from fedcore.methods.fednoro import NoiseAwareMethod, NoiseAwareParams
 from fedcore.methods.registry import register
@@ -65,7 +66,8 @@ class FedSIRParams(NoiseAwareParams):
     relabel: bool = True
     relabel_every: int = Field(20, ge=1, description="R: train rounds between relabel events")
     gate: Literal["agree", "principal_only", "residual_only"] = "agree"
-    kd_a: float = Field(0.2, ge=0.0, le=1.0, description="final KD weight a")
+    kd_a: float = Field(0.2, ge=0.0, le=1.0, description="final KD weight a",
+                        json_schema_extra=tune_range(0.05, 0.5))
     kd_begin: int = Field(2, ge=0)
     kd_end: int = Field(49, ge=0)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +53,24 @@ class ProgressCallback(Callback):
     def on_failure(self, error: BaseException) -> None:
         # Release the live display, so the one-line error is printed after it rather than into it.
         self.progress.stop()
+
+
+@contextlib.contextmanager
+def trial_progress(total: int, done: int, enabled: bool = True,
+                   console: Console | None = None) -> Iterator[Callable[[int, int, float | None], None]]:
+    """`fedcore tune`'s bar: trials finished of `total` (a resumed tune starts at `done`), pruned, best.
+    Yields update(done, pruned, best_value)."""
+    if not enabled:
+        yield lambda done, pruned, best: None
+        return
+    bar = Progress(TextColumn("[bold]tune"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("pruned {task.fields[pruned]}"), TextColumn("best {task.fields[best]}"),
+                   TimeElapsedColumn(), TimeRemainingColumn(),
+                   console=console or Console(stderr=True))
+    with bar:
+        task = bar.add_task("tune", total=total, completed=done, pruned="-", best="-")
+
+        def update(done: int, pruned: int, best: float | None) -> None:
+            bar.update(task, completed=done, pruned=str(pruned), best="-" if best is None else f"{best:.4f}")
+
+        yield update

@@ -1,0 +1,45 @@
+"""`fedcore tune`: equal-budget hyperparameter search on validation (Optuna; Katib on a cluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedcore.cli.console import ConfigArg, make_console, set_option
+
+console = make_console()
+err_console = make_console(stderr=True)
+SetOpt = set_option()
+
+
+def tune(
+    config: ConfigArg,
+    trials: Annotated[int, typer.Option("--trials", "-n", help="finished trials to reach (a rerun adds the missing "
+                                        "ones)")] = 8,
+    out: Annotated[Path, typer.Option("--out", "-o", help="tune dir: study, trials, tune.json, best.yaml")] = Path(
+        "runs/tune"),
+    set_: SetOpt = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="tune only this declared param "
+                                                    "(repeatable, e.g. train.lr); default: every declared one")] = None,
+    data: Annotated[str | None, typer.Option("--data", help="FederatedDataset artifact dir or s3:// prefix "
+                                             "(default: prepared once under OUT/data)")] = None,
+    objective: Annotated[str, typer.Option("--objective", help="last10 (mean of the last 10 val scores) or best "
+                                           "(the best round's)")] = "last10",
+    prune: Annotated[bool, typer.Option(help="stop trials whose val score trails the median at the same round")] = True,
+    progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+) -> None:
+    """Tune the train section's and the method's declared ranges on validation, never on test.
+
+    Every trial is one fedcore run on the same dataset artifact and seed (tune on a seed your
+    tables do not report). Writes OUT/tune.json and OUT/best.yaml (`fedcore run OUT/best.yaml`)."""
+    from fedcore.tuning.study import TuneRequest, run_tune
+
+    req = TuneRequest(config=str(config), overrides=list(set_ or []), trials=trials, out=out, data=data,
+                      objective=objective, only=param, prune=prune, progress=progress)
+    result = run_tune(req, say=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
+    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result["best_params"].items())
+    console.print(f"best {result['objective']} = {result['best_value']:.4f} (trial {result['best_trial']}; "
+                  f"{result['n_trials']} trials, {result['n_pruned']} pruned): {params}", markup=False, highlight=False)
+    console.print(f"run it: fedcore run {out / 'best.yaml'}", markup=False, highlight=False)
