@@ -117,11 +117,11 @@ def run_tune(req: TuneRequest, say=print) -> dict[str, Any]:
     if req.trials < 1:
         raise ConfigError(f"--trials must be at least 1, got {req.trials}")
     first = load_config(req.config, req.overrides)
+    if not search_space(first, req.only):  # bad input is refused before anything is said or written
+        raise ConfigError(f"nothing to tune for method '{first.method.name}': no declared ranges")
     overrides = base_overrides(req, first, say)
     cfg = load_config(req.config, overrides)
     dims = search_space(cfg, req.only)
-    if not dims:
-        raise ConfigError(f"nothing to tune for method '{cfg.method.name}': no declared ranges")
     out = Path(req.out)
     with run_dir_lock(out):
         fed = trial_data(cfg, out, req.data)

@@ -1,0 +1,144 @@
+"""`fedcore tune`: trials on validation, resumable to the requested count, best.yaml runnable, MLflow nesting."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedcore import cli
+from fedcore.registries import load_config
+from fedcore.tuning.space import Dim, as_overrides, search_space
+from fedcore.tuning.study import TrialPruning
+
+CONFIG = "configs/quickstart.yaml"
+FAST = ["method.name=fedavg", "train.rounds=3", "train.device=cpu", "train.threads=1", "tracking.backend=none",
+        "train.memorization=false"]
+
+
+def _sets(extra=()):
+    return [a for s in [*FAST, *extra] for a in ("--set", s)]
+
+
+def _trials(out: Path) -> list:
+    import optuna
+
+    return optuna.load_study(study_name="fedcore", storage=f"sqlite:///{out / 'study.db'}").get_trials()
+
+
+def test_search_space_reads_the_declared_ranges():
+    cfg = load_config(CONFIG, ["method.name=fedprox"])
+    dims = {d.path: d for d in search_space(cfg)}
+    assert dims["train.lr"] == Dim("train.lr", 0.005, 0.2, log=True)
+    assert dims["method.params.mu"] == Dim("method.params.mu", 1e-3, 1.0, log=True)
+    assert [d.path for d in search_space(cfg, ["lr", "mu"])] == ["train.lr", "method.params.mu"]
+    with pytest.raises(Exception, match="not tunable"):
+        search_space(cfg, ["train.batch_size"])
+    back = load_config(CONFIG, as_overrides({"train.lr": 0.0123456789012345, "train.weight_decay": 1e-5}))
+    assert back.train.lr == 0.0123456789012345 and back.train.weight_decay == 1e-5
+
+
+def test_pruning_callback_stops_the_run_the_trial_prunes():
+    class Trial:
+        def __init__(self):
+            self.reports = []
+
+        def report(self, value, step):
+            self.reports.append((step, value))
+
+        def should_prune(self):
+            return len(self.reports) >= 2
+
+    trial = Trial()
+    cb = TrialPruning(trial, "val/acc")
+    cb.after_round(1, "train", {"test/acc": 0.9})  # never the test split
+    cb.after_round(2, "train", {"val/acc": 0.3})
+    assert trial.reports == [(2, 0.3)] and not cb.should_stop()
+    cb.after_round(3, "train", {"val/acc": 0.2})
+    assert cb.should_stop()
+
+
+def test_tune_writes_its_outputs_and_a_rerun_adds_only_the_missing_trials(tmp_path, capsys):
+    out = tmp_path / "tune"
+    cli.main(["tune", CONFIG, *_sets(), "--trials", "4", "--out", str(out), "--no-progress"])
+    result = json.loads((out / "tune.json").read_text())
+    assert result["n_trials"] == 4 and result["objective"] == "final/val_acc_last10"
+    assert set(result["best_params"]) == {"train.lr", "train.momentum", "train.weight_decay"}
+    assert 0 <= result["n_pruned"] <= 2 and len(_trials(out)) == 4  # the first 2 trials are never pruned
+    best = load_config(out / "best.yaml")
+    assert best.train.lr == result["best_params"]["train.lr"] and best.data.validation.fraction == 0.1
+    run = tmp_path / "best-run"
+    cli.main(["run", str(out / "best.yaml"), "--out", str(run), "--no-progress"])
+    summary = json.loads((run / "metrics.json").read_text())["summary"]
+    assert "final/acc_at_val_best" in summary
+    cli.main(["tune", CONFIG, *_sets(), "--trials", "6", "--out", str(out), "--no-progress"])
+    assert len(_trials(out)) == 6 and json.loads((out / "tune.json").read_text())["n_trials"] == 6
+    assert sorted(p.name for p in (out / "trials").iterdir()) == [f"{i:04d}" for i in range(6)]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # another config in the same tune dir
+        cli.main(["tune", CONFIG, *_sets(["train.rounds=4"]), "--trials", "7", "--out", str(out)])
+    assert exit_info.value.code == 2 and "holds a tune of another config" in capsys.readouterr().err
+
+
+def test_a_tune_killed_mid_trial_resumes_to_the_requested_count(tmp_path):
+    out = tmp_path / "tune"
+    sets = _sets(["train.rounds=40"])  # trials of a few seconds, so the kill lands inside one
+    argv = [sys.executable, "-m", "fedcore", "tune", CONFIG, *sets, "--trials", "3", "--out", str(out),
+            "--no-progress", "--no-prune"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not (out / "trials" / "0001").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the tune ended before its second trial started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "tune.json").exists()
+    import optuna
+
+    states = [t.state for t in _trials(out)]
+    assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING]
+    subprocess.run([*argv], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    states = [t.state for t in _trials(out)]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 3 and states[1] == optuna.trial.TrialState.FAIL
+    assert json.loads((out / "tune.json").read_text())["n_trials"] == 3
+
+
+def test_trials_are_mlflow_children_of_one_parent(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    out = tmp_path / "tune"
+    cli.main(["tune", CONFIG, *_sets([f"tracking.backend=mlflow", f"tracking.uri={uri}", "tracking.experiment=t"]),
+              "--trials", "3", "--out", str(out), "--no-progress", "--param", "lr"])
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("t")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("fedcore.role") == "parent"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    parent = parents[0]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 3 == len(runs) - 1
+    assert float(parent.data.params["best.train.lr"]) == json.loads((out / "tune.json").read_text())[
+        "best_params"]["train.lr"]
+    arts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"tune.json", "best.yaml", "optimization_history.png"} <= arts
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--objective", "median"], "--objective 'median'"),
+    (["--param", "train.batch_size"], "is not tunable"),
+    (["--trials", "0"], "--trials must be at least 1"),
+])
+def test_bad_tune_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["tune", CONFIG, *_sets(), "--out", str(tmp_path / "t"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and message in err and "\n" not in err
+    assert not (tmp_path / "t").exists()  # nothing left behind
