@@ -115,7 +115,7 @@ def test_trials_are_mlflow_children_of_one_parent(tmp_path):
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = tmp_path / "tune"
-    cli.main(["tune", CONFIG, *_sets([f"tracking.backend=mlflow", f"tracking.uri={uri}", "tracking.experiment=t"]),
+    cli.main(["tune", CONFIG, *_sets(["tracking.backend=mlflow", f"tracking.uri={uri}", "tracking.experiment=t"]),
               "--trials", "3", "--out", str(out), "--no-progress", "--param", "lr"])
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("t")
