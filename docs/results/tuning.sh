@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The equal-budget tuning protocol (docs/results/tuning.md): every method of a scene gets the same
+# number of `fedcore tune` trials on one seed that no table reports (TUNE_SEED), judged on the
+# clients' held-out validation split (10% of each client's samples, noisy labels); then the default
+# and the tuned setting run on the reporting seeds, every run on that seed's one artifact.
+#
+# Usage: docs/results/tuning.sh [OUT]      (default runs/tuning); prints the tables at the end.
+# Environment: SCENES (fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09),
+#   METHODS (default: every baseline plus the scene's own method), TRIALS (8), TUNE_SEED (100),
+#   SEEDS ("0 1 2"), JOBS (1: the reporting runs in parallel; tunes run one at a time), PY (.venv/bin/python).
+# Everything is resumable and skipped when done: a tune reruns to TRIALS finished trials (a killed one
+# adds only the missing trials), a run with metrics.json is skipped, so a grid can be run in parts.
+set -euo pipefail
+OUT=${1:-runs/tuning}
+SCENES=${SCENES:-"fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09"}
+TRIALS=${TRIALS:-8}
+TUNE_SEED=${TUNE_SEED:-100}
+SEEDS=${SEEDS:-"0 1 2"}
+JOBS=${JOBS:-1}
+PY=${PY:-.venv/bin/python}
+VAL="-s data.validation.fraction=0.1"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+BASELINES="fedavg fedprox symmetric_ce coteaching fednoro fedcorr dividemix"
+
+own_method() { case $1 in fedgr_*) echo fedgr ;; fedsir_*) echo fedsir ;; fedrg_*) echo fedrg ;; *) echo "" ;; esac; }
+
+method_args() {  # scene method -> the overrides that run `method` on the scene's preset
+  local own
+  own=$(own_method "$1")
+  if [ "$2" = "$own" ]; then
+    # FedRG's SSL pretraining counts inside the baselines' 50 rounds (configs/fmnist/fedrg_*.yaml).
+    [ "$2" = fedrg ] && echo "-s train.rounds=40" || true
+  else
+    echo "-s method.name=$2 -s method.params={} -s train.stage_rounds={}"
+  fi
+}
+
+resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
+
+jobs_file=$(mktemp)
+trap 'rm -f "$jobs_file"' EXIT
+for scene in $SCENES; do
+  preset=configs/fmnist/$scene.yaml
+  methods=${METHODS:-"$BASELINES $(own_method "$scene")"}
+  for m in $methods; do
+    tune=$OUT/$scene/$m/tune
+    # shellcheck disable=SC2046
+    done_trials=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['n_trials'])" "$tune/tune.json" 2>/dev/null \
+      || echo 0)
+    if [ "$done_trials" -lt "$TRIALS" ]; then
+      echo "tuning: $scene $m ($TRIALS trials, seed $TUNE_SEED)" >&2
+      # shellcheck disable=SC2086
+      nice -n 10 $PY -m fedcore tune "$preset" $(method_args "$scene" "$m") -s seed=$TUNE_SEED $VAL \
+        --trials "$TRIALS" --out "$tune" --no-progress > "$tune.log" 2>&1 || { echo "FAILED tune $tune" >&2; continue; }
+    fi
+    for seed in $SEEDS; do
+      data=$OUT/$scene/data-s$seed
+      # shellcheck disable=SC2086
+      [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "$preset" --out "$data" -s seed="$seed" $VAL > /dev/null
+      for row in default tuned; do
+        run=$OUT/$scene/$m/$row/s$seed
+        [ -f "$run/metrics.json" ] && continue
+        mkdir -p "$(dirname "$run")"
+        if [ $row = default ]; then
+          cmd="$preset $(method_args "$scene" "$m") $VAL"
+        else
+          cmd="$tune/best.yaml"
+        fi
+        echo "nice -n 10 $PY -m fedcore run $cmd -s seed=$seed --data $data --out $run $(resume_flag "$run") --no-progress \
+> $run.log 2>&1 || echo FAILED $run" >> "$jobs_file"
+      done
+    done
+  done
+done
+echo "tuning: $(wc -l < "$jobs_file") reporting runs to do under $OUT (JOBS=$JOBS)" >&2
+xargs -P "$JOBS" -I{} bash -c {} < "$jobs_file"
+# shellcheck disable=SC2086
+$PY docs/results/tuning_table.py "$OUT" $SCENES

@@ -1,0 +1,120 @@
+"""Tables of docs/results/tuning.md from the runs of docs/results/tuning.sh.
+
+    python docs/results/tuning_table.py OUT SCENE...
+
+One table per scene: per method, the default and the tuned setting on the reporting seeds (last-10
+test accuracy and the test accuracy at the round validation picks, mean +- std), the trials the tune
+spent, and two verdicts for the tuned row, each on every seed: above FedAvg's test-best round (an oracle
+no user has) and above FedAvg stopped early on validation (acc_at_val_best). FedAvg's reference is, per
+seed and per criterion, the better of its default and tuned rows. A seed that diverged or whose model
+predicts one class is named in the row.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def load(run: Path) -> dict | None:
+    try:
+        summary = json.loads((run / "metrics.json").read_text())["summary"]
+    except (OSError, ValueError, KeyError):
+        return None
+    conf = run / "confusion.json"
+    if conf.is_file():
+        cols = [sum(col) for col in zip(*json.loads(conf.read_text()), strict=True)]
+        summary["one_class"] = sum(1 for c in cols if c) == 1
+    return summary
+
+
+def seeds_of(row: Path) -> dict[int, dict]:
+    out = {}
+    for run in sorted(row.glob("s*")):
+        if run.is_dir() and run.name[1:].isdigit() and (s := load(run)) is not None:
+            out[int(run.name[1:])] = s
+    return out
+
+
+def notes(row: Path, seeds: dict[int, dict]) -> list[str]:
+    found = [f"s{s} one class" for s, m in seeds.items() if m.get("one_class")]
+    for log in sorted(row.glob("s*.log")):
+        if "training diverged" in log.read_text(errors="replace"):
+            found.append(f"{log.stem} diverged")
+    return found
+
+
+def fmt(vals: list[float]) -> str:
+    if not vals:
+        return "-"
+    mean = 100 * statistics.fmean(vals)
+    return f"{mean:.1f} ± {100 * statistics.stdev(vals):.1f}" if len(vals) > 1 else f"{mean:.1f}"
+
+
+def col(seeds: dict[int, dict], key: str) -> list[float]:
+    return [m[key] for m in seeds.values() if m.get(key) is not None]
+
+
+def verdict(mine: dict[int, dict], ref: dict[int, float], key: str) -> str:
+    common = sorted(set(mine) & set(ref))
+    if not common:
+        return "-"
+    wins = [mine[s][key] > ref[s] for s in common if mine[s].get(key) is not None]
+    margin = min(mine[s][key] - ref[s] for s in common)
+    return f"{'✓' if all(wins) and len(wins) == len(common) else '✗'} ({100 * margin:+.1f})"
+
+
+def reference(scene: Path) -> tuple[dict[int, float], dict[int, float]]:
+    """FedAvg per seed: the better test-best round and the better acc_at_val_best of its two rows."""
+    rows = [seeds_of(scene / "fedavg" / r) for r in ("default", "tuned")]
+    best, val = {}, {}
+    for rs in rows:
+        for s, m in rs.items():
+            best[s] = max(best.get(s, 0.0), m["final/acc_best"])
+            val[s] = max(val.get(s, 0.0), m.get("final/acc_at_val_best", 0.0))
+    return best, val
+
+
+def tune_info(tune: Path) -> str:
+    try:
+        t = json.loads((tune / "tune.json").read_text())
+    except (OSError, ValueError):
+        return "-"
+    return f"{t['n_trials']} ({t['n_pruned']} pruned, {t.get('n_diverged', 0)} diverged)"
+
+
+def table(out: Path, scene: str) -> str:
+    root = out / scene
+    best, val = reference(root)
+    lines = [f"### {scene}", "",
+             "| method | trials | default last-10 | default acc@val | tuned last-10 | tuned acc@val "
+             "| tuned > FedAvg test-best | tuned > FedAvg acc@val | seeds, notes |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for mdir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("data")):
+        d, t = seeds_of(mdir / "default"), seeds_of(mdir / "tuned")
+        if not d and not t:
+            continue
+        extra = notes(mdir / "default", d) + [f"tuned {n}" for n in notes(mdir / "tuned", t)]
+        lines.append(
+            f"| {mdir.name} | {tune_info(mdir / 'tune')} | {fmt(col(d, 'final/acc_last10'))} "
+            f"| {fmt(col(d, 'final/acc_at_val_best'))} | {fmt(col(t, 'final/acc_last10'))} "
+            f"| {fmt(col(t, 'final/acc_at_val_best'))} | {verdict(t, best, 'final/acc_last10')} "
+            f"| {verdict(t, val, 'final/acc_last10')} | {len(d)}/{len(t)}{'; ' + ', '.join(extra) if extra else ''} |")
+    lines.append("")
+    lines.append(f"FedAvg reference per seed (better of default and tuned): test-best {fmt(list(best.values()))}, "
+                 f"acc@val {fmt(list(val.values()))}.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    out = Path(argv[0])
+    for scene in argv[1:]:
+        if (out / scene).is_dir():
+            print(table(out, scene))
+            print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,37 @@
+"""docs/results/tuning_table.py on constructed runs: the verdicts and the notes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+SPEC = importlib.util.spec_from_file_location("tuning_table", Path("docs/results/tuning_table.py"))
+tt = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(tt)
+
+
+def _run(path: Path, last10: float, best: float, at_val: float, one_class: bool = False) -> None:
+    path.mkdir(parents=True)
+    summary = {"final/acc_last10": last10, "final/acc_best": best, "final/acc_at_val_best": at_val}
+    (path / "metrics.json").write_text(json.dumps({"summary": summary}))
+    conf = [[5, 0], [3, 0]] if one_class else [[5, 1], [1, 4]]
+    (path / "confusion.json").write_text(json.dumps(conf))
+
+
+def test_verdicts_use_the_better_fedavg_row_per_seed(tmp_path):
+    scene = tmp_path / "s"
+    for seed, (db, vb) in enumerate([(0.50, 0.40), (0.55, 0.45)]):
+        _run(scene / "fedavg" / "default" / f"s{seed}", 0.30, db, vb)
+        _run(scene / "fedavg" / "tuned" / f"s{seed}", 0.35, db - 0.10, vb + 0.05)
+        # Above FedAvg's acc@val (0.45 / 0.50) on both seeds, above its test-best (0.50 / 0.55) on seed 0 only.
+        _run(scene / "sce" / "tuned" / f"s{seed}", [0.52, 0.53][seed], 0.6, 0.5, one_class=seed == 1)
+        _run(scene / "sce" / "default" / f"s{seed}", 0.40, 0.5, 0.45)
+    (scene / "sce" / "default" / "s2.log").write_text("error: training diverged in round 3: ...")
+    text = tt.table(tmp_path, "s")
+    sce = next(line for line in text.splitlines() if line.startswith("| sce "))
+    cells = [c.strip() for c in sce.split("|")[1:-1]]
+    assert cells[2] == "40.0 ± 0.0" and cells[4] == "52.5 ± 0.7"
+    assert cells[6] == "✗ (-2.0)" and cells[7] == "✓ (+3.0)"  # margins 0.52-0.45, 0.53-0.50
+    assert cells[8] == "2/2; s2 diverged, tuned s1 one class"
+    assert "test-best 52.5 ± 3.5, acc@val 47.5 ± 3.5" in text
