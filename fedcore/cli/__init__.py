@@ -14,7 +14,7 @@ import sys
 
 import typer
 
-from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, run, tracking, tune
+from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, report, run, tracking, tune
 from fedcore.cli.console import make_console
 from fedcore.errors import Terminated, UserError
 
@@ -36,6 +36,7 @@ app.command("run")(run.run)
 app.command("compare")(compare.compare)
 app.command("quickstart")(quickstart.quickstart)
 app.command("tune")(tune.tune)
+app.command("report")(report.report)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -148,3 +148,47 @@ def compare_figure(labels: Sequence[str], means: Sequence[float], stds: Sequence
 
 def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
+
+
+Band = tuple[Sequence[float], Sequence[float], Sequence[float], Sequence[float]]  # rounds, mean, min, max
+
+
+def band_figure(bands: dict[str, Band], ylabel: str, title: str = "", ref: float | None = None,
+                ref_label: str = "", marks: Sequence[tuple[float, str]] = ()) -> Figure:
+    """One curve per group: the mean over seeds with a min-max band; `ref` a horizontal line (e.g.
+    FedAvg's best round), `marks` vertical lines (round, label), e.g. the warm-up's end and stage changes."""
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    cmap = plt.get_cmap("tab10" if len(bands) <= 10 else "tab20")
+    for i, (label, (x, mean, lo, hi)) in enumerate(bands.items()):
+        color = cmap(i % cmap.N)
+        ax.plot(x, mean, color=color, linewidth=1.6, label=label)
+        ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
+    if ref is not None and _finite(ref):
+        ax.axhline(ref, color="black", linestyle="--", linewidth=1, label=ref_label or f"{ref:.3f}")
+    for rnd, text in marks:
+        ax.axvline(rnd, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(text, (rnd, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10), textcoords="offset points",
+                    fontsize=7, color="grey")
+    ax.set(xlabel="round", ylabel=ylabel, title=title)
+    ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def panels_figure(panels: dict[str, dict[str, Band]], title: str = "", cols: int = 3) -> Figure:
+    """A grid of small band plots, one per metric (e.g. client and sample P/R/F1), groups in colour."""
+    names = list(panels)
+    rows = max(1, math.ceil(len(names) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False, layout="constrained")
+    labels = sorted({g for p in panels.values() for g in p})
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    for ax, name in zip(axes.flat, names, strict=False):
+        for label, (x, mean, lo, hi) in panels[name].items():
+            color = cmap(labels.index(label) % cmap.N)
+            ax.plot(x, mean, color=color, linewidth=1.3, label=label)
+            ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
+        ax.set(title=name, xlabel="round", ylim=(-0.02, 1.02))
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(title)
+    return fig

@@ -1,0 +1,199 @@
+"""`fedcore report`: a results page (report.md plus PNGs) from finished run dirs.
+
+Runs are grouped as `fedcore compare` groups them (method, then the config keys that keep settings
+apart; seeds of one setting together). The page holds:
+
+- accuracy.png: test accuracy (mAP on multi-label runs) per round per group: the mean over seeds with a
+  min-max band, FedAvg's best round as a dashed line, the warm-up's end and stage changes marked;
+- noise_rates.png: estimated against true noise rate per client at the last round, with Pearson in
+  the title, for each group whose method estimates rates;
+- detection.png: client-identification and sample-detection P/R/F1 per round, where logged;
+- memorization.png: the global and local memorization of noisy labels per round (the premise);
+- a table: mean ± std of last-10, best round and acc_at_val_best, and whether each group's last-10
+  beats FedAvg's best round on every seed (FedAvg of the same data setting and seed).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedcore.errors import ArtifactError, UserError
+from fedcore.reporting.compare import group_records, load_run, mean_std
+
+SETTING_PREFIXES = ("data.", "partition.", "noise.")
+DETECTION = ("detect/client_precision", "detect/client_recall", "detect/client_f1",
+             "detect/sample_precision", "detect/sample_recall", "detect/sample_f1")
+MEMORIZATION = ("train/memorization", "train/local_memorization")
+
+
+def read_history(run: Path) -> list[dict[str, Any]]:
+    """history.csv as rows of floats (stage kept as text; an empty cell is absent)."""
+    path = Path(run) / "history.csv"
+    if not path.is_file():
+        raise ArtifactError(f"'{run}' has no history.csv; pass run dirs written by `fedcore run`")
+    rows = []
+    with path.open(newline="") as f:
+        for raw in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in raw.items():
+                if k == "stage":
+                    row[k] = v
+                elif v not in ("", None):
+                    try:
+                        row[k] = float(v)
+                    except ValueError:
+                        raise ArtifactError(f"'{path}' is corrupt ({k}={v!r}); re-run the experiment") from None
+            rows.append(row)
+    return rows
+
+
+def seed_band(histories: Sequence[Sequence[dict[str, Any]]], key: str):
+    """(rounds, mean, min, max) of `key` over the seeds' histories, at every round where at least
+    one seed has a finite value (the mean and range are over the seeds that have it); None if none."""
+    by_round: dict[float, list[float]] = {}
+    for hist in histories:
+        for row in hist:
+            v = row.get(key)
+            if isinstance(v, float) and math.isfinite(v):
+                by_round.setdefault(row["round"], []).append(v)
+    if not by_round:
+        return None
+    rounds = sorted(by_round)
+    vals = [by_round[r] for r in rounds]
+    return rounds, [float(np.mean(v)) for v in vals], [min(v) for v in vals], [max(v) for v in vals]
+
+
+def setting_of(record: dict[str, Any]) -> tuple:
+    """What the data setting of a run is: its data, partition and noise config (seed apart)."""
+    cfg = record.get("config") or {}
+    return tuple(sorted((k, v) for k, v in cfg.items() if k.startswith(SETTING_PREFIXES) and k != "data.seed"))
+
+
+def beats_fedavg_every_seed(group: list[dict[str, Any]], records: list[dict[str, Any]], short: str) -> str:
+    """'✓ (+m)' when the group's last-10 is above FedAvg's best round on every seed they share, m the
+    smallest margin (points); '✗ (m)' otherwise; '-' for FedAvg or without a FedAvg run to match."""
+    if any(r.get("method") == "fedavg" for r in group):
+        return "-"
+    ref = {(setting_of(r), r.get("seed")): r["summary"].get(f"final/{short}_best")
+           for r in records if r.get("method") == "fedavg"}
+    margins = []
+    for r in group:
+        best = ref.get((setting_of(r), r.get("seed")))
+        mine = r["summary"].get(f"final/{short}_last10")
+        if best is not None and mine is not None:
+            margins.append(mine - best)
+    if not margins:
+        return "-"
+    return f"{'✓' if len(margins) == len(group) and min(margins) > 0 else '✗'} ({100 * min(margins):+.1f})"
+
+
+def load_records(run_dirs: Sequence[str | Path]) -> list[dict[str, Any]]:
+    if not run_dirs:
+        raise UserError("no run dirs given: pass the folders `fedcore run` wrote (each holds metrics.json)")
+    records = []
+    for d in run_dirs:
+        rec = load_run(Path(d))
+        rec["history"] = read_history(Path(d))
+        records.append(rec)
+    names = sorted({str((r.get("config") or {}).get("data.name", "?")) for r in records})
+    if len(names) > 1:
+        raise UserError(f"the runs are on different datasets ({', '.join(names)}); report one dataset at a time")
+    return records
+
+
+def marks_of(groups: dict[str, list[dict[str, Any]]]) -> list[tuple[float, str]]:
+    """Vertical marks: the warm-up's end (train.warmup_rounds) and every stage change, from each
+    group's first run (one mark per round and label)."""
+    marks: dict[tuple[float, str], None] = {}
+    for recs in groups.values():
+        first = recs[0]
+        warm = float((first.get("config") or {}).get("train.warmup_rounds", 0) or 0)
+        if warm:
+            marks[(warm + 0.5, "warm-up")] = None
+        hist = first["history"]
+        for prev, row in zip(hist, hist[1:], strict=False):
+            if prev.get("stage") != row.get("stage"):
+                marks[(row["round"] - 0.5, str(row.get("stage")))] = None
+    return list(marks)
+
+
+def last_rates(record: dict[str, Any]) -> tuple[list[float], list[float]] | None:
+    """(true, estimated) per-client noise rate at the last round that logged estimates, or None."""
+    import json
+
+    rows = [r for r in record["history"] if any(k.startswith("noise/rate_est/") for k in r)]
+    scene = Path(record["path"]) / "scene.json"
+    if not rows or not scene.is_file():
+        return None
+    truth = {c["client"]: c["realized_rate"] for c in json.loads(scene.read_text())["clients"]}
+    est = {int(k.rsplit("_", 1)[1]): v for k, v in rows[-1].items() if k.startswith("noise/rate_est/client_")}
+    cids = [c for c in sorted(est) if truth.get(c) is not None]
+    return [truth[c] for c in cids], [est[c] for c in cids]
+
+
+def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
+    """report.md and its figures under `out`; returns the report's path."""
+    from fedcore.io import atomic_write_bytes
+    from fedcore.reporting import plots
+
+    records = load_records(run_dirs)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    groups = group_records(records)
+    multi = all("final/mAP_last10" in r["summary"] and "final/acc_last10" not in r["summary"] for r in records)
+    short = "mAP" if multi else "acc"
+    figures: list[tuple[str, str]] = []
+    bands = {g: b for g, recs in groups.items() if (b := seed_band([r["history"] for r in recs], f"test/{short}"))}
+    fedavg = [r["summary"].get(f"final/{short}_best") for r in records if r.get("method") == "fedavg"]
+    ref, _ = mean_std(fedavg)
+    plots.save(plots.band_figure(bands, f"test {short}", f"test {short} per round (mean over seeds, min-max band)",
+                                 ref=ref if fedavg else None, ref_label="FedAvg's best round (mean)",
+                                 marks=marks_of(groups)), out / "accuracy.png")
+    figures.append(("accuracy.png", f"Test {short} per round"))
+    rated = {g: rates for g, recs in groups.items() if (rates := last_rates(recs[0]))}
+    if rated:
+        g, (true, est) = next(iter(rated.items()))
+        pearson = float(np.corrcoef(true, est)[0, 1]) if len(true) > 1 and np.std(true) and np.std(est) else math.nan
+        plots.save(plots.rate_scatter(true, est, title=f"{g}: last-round estimates, Pearson {pearson:.2f}"),
+                   out / "noise_rates.png")
+        figures.append(("noise_rates.png", f"Estimated against true noise rate ({g}, seed {groups[g][0].get('seed')})"))
+    for name, keys, title in (("detection.png", DETECTION, "client identification and sample detection"),
+                              ("memorization.png", MEMORIZATION, "memorization of noisy labels (the premise)")):
+        panels = {k: bs for k in keys if (bs := {g: b for g, recs in groups.items()
+                                                 if (b := seed_band([r["history"] for r in recs], k))})}
+        if panels:
+            plots.save(plots.panels_figure(panels, title, cols=3 if len(panels) > 2 else len(panels)), out / name)
+            figures.append((name, title[0].upper() + title[1:]))
+    text = page(groups, records, short, figures)
+    atomic_write_bytes(out / "report.md", text.encode())
+    return out / "report.md"
+
+
+def page(groups: dict[str, list[dict[str, Any]]], records: list[dict[str, Any]], short: str,
+         figures: list[tuple[str, str]]) -> str:
+    def cell(key: str, recs: list[dict[str, Any]]) -> str:
+        m, s = mean_std([r["summary"].get(key) for r in recs])
+        return "-" if math.isnan(m) else (f"{100 * m:.1f}" if len(recs) == 1 else f"{100 * m:.1f} ± {100 * s:.1f}")
+
+    dataset = (records[0].get("config") or {}).get("data.name", "?")
+    lines = [f"# fedcore report: {dataset}", "", f"{len(records)} runs in {len(groups)} groups.", "",
+             f"| group | seeds | {short} last-10 | {short} best round | {short} at val-best | "
+             "last-10 > FedAvg's best round, every seed |", "|---|---|---|---|---|---|"]
+    for g, recs in groups.items():
+        seeds = ", ".join(str(r.get("seed")) for r in recs)
+        verdict = beats_fedavg_every_seed(recs, records, short)
+        lines.append(f"| {g} | {seeds} | {cell(f'final/{short}_last10', recs)} | {cell(f'final/{short}_best', recs)} "
+                     f"| {cell(f'final/{short}_at_val_best', recs)} | {verdict} |")
+    lines.append("")
+    lines.append("Values in %, mean ± std over seeds. \"At val-best\": the test score at the round the clients' "
+                 "held-out validation split picks (runs with `data.validation`); the best round is picked on the "
+                 "test set, an oracle no user has.")
+    for name, caption in figures:
+        lines += ["", f"## {caption}", "", f"![{caption}]({name})"]
+    return "\n".join(lines) + "\n"

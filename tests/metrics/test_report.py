@@ -1,0 +1,80 @@
+"""`fedcore report`: seed bands, verdicts, and the page with its figures from real runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import matplotlib.image
+import pytest
+
+from fedcore import cli
+from fedcore.reporting.report import beats_fedavg_every_seed, seed_band
+
+CONFIG = "configs/quickstart.yaml"
+
+
+def test_seed_band_is_over_the_seeds_that_logged_each_round():
+    h = [[{"round": 1.0, "test/acc": 0.2}, {"round": 2.0, "test/acc": 0.5}, {"round": 3.0, "test/acc": 0.6}],
+         [{"round": 1.0, "test/acc": 0.4}, {"round": 2.0, "test/acc": 0.7}, {"round": 3.0}],
+         [{"round": 1.0, "test/acc": 0.3}, {"round": 2.0, "test/acc": math.nan}, {"round": 3.0, "test/acc": 0.9}]]
+    rounds, mean, lo, hi = seed_band(h, "test/acc")
+    assert rounds == [1.0, 2.0, 3.0]
+    assert mean == pytest.approx([0.3, 0.6, 0.75]) and lo == [0.2, 0.5, 0.6] and hi == [0.4, 0.7, 0.9]
+    assert seed_band(h, "detect/client_f1") is None
+
+
+def _rec(method, seed, last10, best, rate="0.4"):
+    return {"method": method, "seed": seed, "config": {"noise.rate.value": rate, "train.lr": "0.05"},
+            "summary": {"final/acc_last10": last10, "final/acc_best": best}}
+
+
+def test_beats_fedavg_on_every_seed_of_the_same_setting():
+    records = [_rec("fedavg", 0, 0.3, 0.50), _rec("fedavg", 1, 0.3, 0.60), _rec("fedavg", 0, 0.3, 0.9, rate="0.2")]
+    good = [_rec("sce", 0, 0.55, 0.6), _rec("sce", 1, 0.62, 0.7)]
+    mixed = [_rec("x", 0, 0.55, 0.6), _rec("x", 1, 0.58, 0.7)]
+    assert beats_fedavg_every_seed(good, records + good, "acc") == "✓ (+2.0)"
+    assert beats_fedavg_every_seed(mixed, records + mixed, "acc") == "✗ (-2.0)"
+    assert beats_fedavg_every_seed(records[:2], records, "acc") == "-"
+    assert beats_fedavg_every_seed([_rec("y", 5, 0.9, 0.9)], records, "acc") == "-"  # no FedAvg of seed 5
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("runs")
+    out = []
+    for method in ("fedavg", "fedsir"):
+        for seed in (0, 1):
+            run = base / f"{method}-s{seed}"
+            cli.main(["run", CONFIG, "--out", str(run), "--no-progress", "--set", f"method.name={method}",
+                      "--set", "train.rounds=3", "--set", f"seed={seed}", "--set", "train.threads=1",
+                      "--set", "data.validation.fraction=0.1", "--set", "train.local_memorization=true"])
+            out.append(run)
+    return out
+
+
+def test_report_writes_the_page_and_every_figure_it_names(runs, tmp_path):
+    cli.main(["report", *map(str, runs), "--out", str(tmp_path / "rep")])
+    page = (tmp_path / "rep" / "report.md").read_text()
+    names = [line.split("](")[1].rstrip(")") for line in page.splitlines() if line.startswith("![")]
+    assert "accuracy.png" in names and "memorization.png" in names and "detection.png" in names
+    for name in names:
+        img = matplotlib.image.imread(tmp_path / "rep" / name)
+        assert img.shape[0] > 100 and img.shape[1] > 100 and img.std() > 0  # decodable and not blank
+    row = next(line for line in page.splitlines() if line.startswith("| fedsir "))
+    acc = [json.loads((r / "metrics.json").read_text())["summary"]["final/acc_last10"] for r in runs[2:]]
+    assert f"{100 * sum(acc) / 2:.1f} ± " in row and "| 0, 1 |" in row
+
+
+def test_report_refuses_mixed_datasets_and_missing_runs(runs, tmp_path, capsys):
+    other = tmp_path / "mnist-run"
+    other.mkdir()
+    (other / "metrics.json").write_text((runs[0] / "metrics.json").read_text())
+    (other / "history.csv").write_text((runs[0] / "history.csv").read_text())
+    (other / "config.yaml").write_text((runs[0] / "config.yaml").read_text().replace("name: digits", "name: mnist", 1))
+    for argv, message in (([str(runs[0]), str(other)], "different datasets (digits, mnist)"),
+                          ([str(tmp_path / "nothing")], "has no metrics.json")):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["report", *argv, "--out", str(tmp_path / "r")])
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and message in err and "\n" not in err
