@@ -13,11 +13,21 @@ console = make_console()
 
 
 def report(
-    runs: Annotated[list[Path], typer.Argument(help="run dirs written by `fedcore run` (seeds of a setting together)")],
+    runs: Annotated[list[Path] | None, typer.Argument(help="run dirs written by `fedcore run` (seeds of a "
+                                                      "setting together)")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="folder for report.md and its PNGs")] = Path("report"),
+    experiment: Annotated[str | None, typer.Option("--experiment", help="read the finished runs of this MLflow "
+                                                   "experiment instead of run dirs")] = None,
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: "
+                                                     "MLFLOW_TRACKING_URI, else ./mlruns)")] = None,
 ) -> None:
     """Write OUT/report.md: accuracy curves with seed bands, noise-rate estimates, detection, memorization."""
-    from fedcore.reporting.report import write_report
+    from fedcore.errors import UserError
+    from fedcore.reporting.report import mlflow_runs, write_report
 
-    path = write_report(runs, out)
+    if experiment and runs:
+        raise UserError("pass run dirs or --experiment, not both")
+    if experiment:
+        runs = mlflow_runs(experiment, tracking_uri, out / ".mlflow-runs")
+    path = write_report(runs or [], out)
     console.print(f"wrote {path} (figures beside it)", markup=False, highlight=False)

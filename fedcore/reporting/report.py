@@ -197,3 +197,31 @@ def page(groups: dict[str, list[dict[str, Any]]], records: list[dict[str, Any]],
     for name, caption in figures:
         lines += ["", f"## {caption}", "", f"![{caption}]({name})"]
     return "\n".join(lines) + "\n"
+
+
+def mlflow_runs(experiment: str, uri: str | None, cache: Path) -> list[Path]:
+    """The finished fedcore runs of an MLflow experiment, as run-dir-shaped folders under `cache`
+    (each run's logged metrics.json, history.csv, config.yaml and scene.json), so the page is made
+    the same way from either source."""
+    import mlflow
+
+    from fedcore.reporting.compare_mlflow import load_records as mlflow_records
+    from fedcore.tracking.mlflow import resolve_uri
+
+    records = mlflow_records(experiment, uri)
+    if not records:
+        raise UserError(f"MLflow experiment '{experiment}' has no finished fedcore runs yet")
+    client = mlflow.MlflowClient(tracking_uri=resolve_uri(uri, Path.cwd())[0])
+    dirs = []
+    for rec in records:
+        run = cache / rec["run_id"]
+        run.mkdir(parents=True, exist_ok=True)
+        for artifact in ("metrics.json", "history.csv", "config.yaml", "reports/scene.json"):
+            try:
+                got = Path(client.download_artifacts(rec["run_id"], artifact, str(run)))
+            except Exception:  # an older run without that artifact: the page does without it
+                continue
+            if got.parent != run:
+                got.replace(run / got.name)
+        dirs.append(run)
+    return dirs

@@ -78,3 +78,17 @@ def test_report_refuses_mixed_datasets_and_missing_runs(runs, tmp_path, capsys):
             cli.main(["report", *argv, "--out", str(tmp_path / "r")])
         err = capsys.readouterr().err.strip()
         assert exit_info.value.code == 2 and message in err and "\n" not in err
+
+
+def test_report_from_an_mlflow_experiment(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for method in ("fedavg", "fedprox"):
+        cli.main(["run", CONFIG, "--out", str(tmp_path / method), "--no-progress", "--set", f"method.name={method}",
+                  "--set", "train.rounds=2", "--set", "train.threads=1", "--set", "tracking.backend=mlflow",
+                  "--set", f"tracking.uri={uri}", "--set", "tracking.experiment=rep", "--set", "tracking.log_model=false"])
+    cli.main(["report", "--experiment", "rep", "--tracking-uri", uri, "--out", str(tmp_path / "rep")])
+    page = (tmp_path / "rep" / "report.md").read_text()
+    local = json.loads((tmp_path / "fedprox" / "metrics.json").read_text())["summary"]["final/acc_last10"]
+    row = next(line for line in page.splitlines() if line.startswith("| fedprox "))
+    assert f"| {100 * local:.1f} |" in row and "2 runs in 2 groups" in page
+    assert matplotlib.image.imread(tmp_path / "rep" / "accuracy.png").std() > 0
