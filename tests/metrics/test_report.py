@@ -85,7 +85,8 @@ def test_report_from_an_mlflow_experiment(tmp_path):
     for method in ("fedavg", "fedprox"):
         cli.main(["run", CONFIG, "--out", str(tmp_path / method), "--no-progress", "--set", f"method.name={method}",
                   "--set", "train.rounds=2", "--set", "train.threads=1", "--set", "tracking.backend=mlflow",
-                  "--set", f"tracking.uri={uri}", "--set", "tracking.experiment=rep", "--set", "tracking.log_model=false"])
+                  "--set", f"tracking.uri={uri}", "--set", "tracking.experiment=rep",
+                  "--set", "tracking.log_model=false"])
     cli.main(["report", "--experiment", "rep", "--tracking-uri", uri, "--out", str(tmp_path / "rep")])
     page = (tmp_path / "rep" / "report.md").read_text()
     local = json.loads((tmp_path / "fedprox" / "metrics.json").read_text())["summary"]["final/acc_last10"]
