@@ -7,7 +7,6 @@ child and closes it.
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +15,9 @@ from typing import Any
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ArtifactError
 from fedcore.io import write_bytes
+from fedcore.reporting.report import RATE_PREFIX, rate_series, read_history  # noqa: F401  (re-exported)
 
 REPORT_FILES = ("scene.json", "scene.png")
-RATE_PREFIX = "noise/rate_est/client_"
 
 
 @dataclass
@@ -33,13 +32,6 @@ def _write_json(path: Path, obj: Any) -> None:
     write_bytes(path, json.dumps(obj, indent=2, default=str).encode())
 
 
-def read_history(path: Path) -> list[dict[str, Any]]:
-    """history.csv rows with numbers parsed back (stage stays text, blanks are dropped)."""
-    with open(path, newline="") as f:
-        return [{k: (v if k == "stage" else float(v)) for k, v in row.items() if v not in ("", None)}
-                for row in csv.DictReader(f)]
-
-
 def rate_estimates(history: list[dict[str, Any]]) -> dict[int, float]:
     """The last per-client noise-rate estimates a run logged ({} for methods that estimate none)."""
     for row in reversed(history):
@@ -47,16 +39,6 @@ def rate_estimates(history: list[dict[str, Any]]) -> dict[int, float]:
         if est:
             return est
     return {}
-
-
-def rate_series(history: list[dict[str, Any]]) -> dict[int, list[tuple[float, float]]]:
-    """Per client, every (round, estimated noise rate) the run logged, in round order."""
-    out: dict[int, list[tuple[float, float]]] = {}
-    for row in history:
-        for k, v in row.items():
-            if k.startswith(RATE_PREFIX):
-                out.setdefault(int(k[len(RATE_PREFIX):]), []).append((row["round"], v))
-    return out
 
 
 def record(cfg: ExperimentConfig, final: dict[str, Any], run_id: str, setting: str, task: str) -> dict[str, Any]:

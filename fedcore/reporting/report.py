@@ -32,11 +32,14 @@ DETECTION = ("detect/client_precision", "detect/client_recall", "detect/client_f
 MEMORIZATION = ("train/memorization", "train/local_memorization")
 
 
-def read_history(run: Path) -> list[dict[str, Any]]:
-    """history.csv as rows of floats (stage kept as text; an empty cell is absent)."""
-    path = Path(run) / "history.csv"
+RATE_PREFIX = "noise/rate_est/client_"
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    """A run's history.csv as rows of floats (stage kept as text; an empty cell is absent)."""
+    path = Path(path)
     if not path.is_file():
-        raise ArtifactError(f"'{run}' has no history.csv; pass run dirs written by `fedcore run`")
+        raise ArtifactError(f"'{path.parent}' has no history.csv; pass run dirs written by `fedcore run`")
     rows = []
     with path.open(newline="") as f:
         for raw in csv.DictReader(f):
@@ -51,6 +54,16 @@ def read_history(run: Path) -> list[dict[str, Any]]:
                         raise ArtifactError(f"'{path}' is corrupt ({k}={v!r}); re-run the experiment") from None
             rows.append(row)
     return rows
+
+
+def rate_series(history: list[dict[str, Any]]) -> dict[int, list[tuple[float, float]]]:
+    """Per client, every (round, estimated noise rate) the run logged, in round order."""
+    out: dict[int, list[tuple[float, float]]] = {}
+    for row in history:
+        for k, v in row.items():
+            if k.startswith(RATE_PREFIX):
+                out.setdefault(int(k[len(RATE_PREFIX):]), []).append((row["round"], v))
+    return out
 
 
 def seed_band(histories: Sequence[Sequence[dict[str, Any]]], key: str):
@@ -99,7 +112,7 @@ def load_records(run_dirs: Sequence[str | Path]) -> list[dict[str, Any]]:
     records = []
     for d in run_dirs:
         rec = load_run(Path(d))
-        rec["history"] = read_history(Path(d))
+        rec["history"] = read_history(Path(d) / "history.csv")
         records.append(rec)
     names = sorted({str((r.get("config") or {}).get("data.name", "?")) for r in records})
     if len(names) > 1:
@@ -127,12 +140,12 @@ def last_rates(record: dict[str, Any]) -> tuple[list[float], list[float]] | None
     """(true, estimated) per-client noise rate at the last round that logged estimates, or None."""
     import json
 
-    rows = [r for r in record["history"] if any(k.startswith("noise/rate_est/") for k in r)]
+    series = rate_series(record["history"])
     scene = Path(record["path"]) / "scene.json"
-    if not rows or not scene.is_file():
+    if not series or not scene.is_file():
         return None
     truth = {c["client"]: c["realized_rate"] for c in json.loads(scene.read_text())["clients"]}
-    est = {int(k.rsplit("_", 1)[1]): v for k, v in rows[-1].items() if k.startswith("noise/rate_est/client_")}
+    est = {c: pts[-1][1] for c, pts in series.items()}
     cids = [c for c in sorted(est) if truth.get(c) is not None]
     return [truth[c] for c in cids], [est[c] for c in cids]
 

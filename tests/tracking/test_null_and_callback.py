@@ -146,6 +146,7 @@ def test_callback_logs_a_whole_run(tmp_path):
         ("metrics.json", None),
         ("noise_report.json", "reports"),
         ("noise_scene.png", "reports"),
+        ("curves.png", "figures"),  # the run's curves as an image the MLflow UI shows (no rate estimates here)
     ]
     assert tracker.calls[-1] == ("end", "FINISHED")
     assert tracker.run_id is None
