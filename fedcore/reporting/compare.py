@@ -23,12 +23,13 @@ from fedcore.errors import ArtifactError
 
 COLUMNS = [
     ("final/acc_last10", "acc last10"), ("final/acc", "acc final"), ("final/acc_best", "acc best"),
-    ("final/acc_best_round", "best round"),
+    ("final/acc_best_round", "best round"), ("final/acc_at_val_best", "acc @val-best"),
     ("last/train/memorization", "memorized"), ("last/noise/rate_pearson", "rate r"),
     ("last/detect/client_f1", "client F1"), ("last/detect/sample_f1", "sample F1"),
     ("last/detect/sample_label_nmi", "flags~label NMI"),
     ("last/relabel/precision", "relabel P"),
     ("final/mAP_last10", "mAP last10"), ("final/mAP_best", "mAP best"), ("final/mAP_best_round", "best round"),
+    ("final/mAP_at_val_best", "mAP @val-best"),
     ("last/test/CF1", "CF1"), ("last/test/OF1", "OF1"),
     ("last/test/corr_dist", "corr dist"),
 ]
