@@ -49,6 +49,7 @@ for scene in $SCENES; do
       || echo 0)
     if [ "$done_trials" -lt "$TRIALS" ]; then
       echo "tuning: $scene $m ($TRIALS trials, seed $TUNE_SEED)" >&2
+      mkdir -p "$(dirname "$tune")"
       # shellcheck disable=SC2086
       nice -n 10 $PY -m fedcore tune "$preset" $(method_args "$scene" "$m") -s seed=$TUNE_SEED $VAL \
         --trials "$TRIALS" --out "$tune" --no-progress > "$tune.log" 2>&1 || { echo "FAILED tune $tune" >&2; continue; }
