@@ -84,9 +84,18 @@ def finish_parent(cfg: ExperimentConfig, parent_run_id: str, files: list[Path]) 
     tracker = tracker_for(cfg)
     tracker.start("", {}, run_id=parent_run_id)
     for f in files:
+        if f.name == "compare.json":
+            # The table view in the run's artifacts, so the UI shows the comparison without a download.
+            tracker.log_table(compare_table(json.loads(f.read_text())), "summary/compare_table.json")
         if f.is_file():
             tracker.log_artifact(f, "summary")
     tracker.end("FINISHED")
+
+
+def compare_table(compare: dict[str, Any]) -> dict[str, list[Any]]:
+    """compare.json's header and rows as the column -> values mapping mlflow's log_table takes."""
+    header, rows = compare["header"], compare["rows"]
+    return {name: [row[i] for row in rows] for i, name in enumerate(header)}
 
 
 def finish(cfg: ExperimentConfig, job_id: str, state: str, message: str = "",

@@ -96,6 +96,10 @@ class Tracker(Protocol):
 
     def log_figure(self, fig: Any, artifact_file: str) -> None: ...
 
+    def log_table(self, data: dict[str, list[Any]], artifact_file: str) -> None:
+        """A table (column name -> values, equal lengths) as a JSON artifact the UI shows as a table."""
+        ...
+
     def log_state_dict(self, state_dict: dict[str, Any], artifact_path: str) -> None: ...
 
     def log_model(self, model: Any, example: Any, name: str = "model", step: int = 0) -> str | None:
@@ -157,6 +161,15 @@ def check_metrics(metrics: Mapping[str, Any], step: int) -> dict[str, float]:
             raise TypeError(f"metric names must be non-empty strings, got {k!r}")
         out[k] = float(v)  # numpy and 0-d torch scalars convert; anything else is a bug
     return out
+
+
+def check_table(data: Mapping[str, Any]) -> None:
+    """A table is column name -> list, all of one length (what mlflow's log_table takes as a dict)."""
+    if not isinstance(data, Mapping) or not data:
+        raise TypeError("a table is a non-empty mapping of column name -> list of values")
+    lengths = {k: len(v) for k, v in data.items() if isinstance(v, list)}
+    if len(lengths) != len(data) or len(set(lengths.values())) != 1:
+        raise ValueError(f"table columns must be lists of one length, got {lengths or 'no lists'}")
 
 
 def check_status(status: str) -> str:

@@ -278,6 +278,9 @@ class MlflowTracker(RecordsMixin, RunStack):
     def log_figure(self, fig: Any, artifact_file: str) -> None:
         self._call(f"upload of {artifact_file}", self.client.log_figure, self._active(), fig, artifact_file)
 
+    def log_table(self, data: dict[str, list[Any]], artifact_file: str) -> None:
+        self._call(f"upload of {artifact_file}", self.client.log_table, self._active(), data, artifact_file)
+
     def log_state_dict(self, state_dict: dict[str, Any], artifact_path: str) -> None:
         """Store as `<artifact_path>/state_dict.pth`, readable by mlflow.pytorch.load_state_dict."""
         from mlflow.pytorch import save_state_dict

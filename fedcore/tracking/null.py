@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedcore.tracking.base import DatasetInfo, RunStack, check_metrics, check_status, check_str_map
+from fedcore.tracking.base import DatasetInfo, RunStack, check_metrics, check_status, check_str_map, check_table
 
 NULL_RUN_ID = "null"
 
@@ -69,6 +69,10 @@ class NullTracker(RunStack):
 
     def log_figure(self, fig: Any, artifact_file: str) -> None:
         self.log_dict(fig, artifact_file)
+
+    def log_table(self, data: dict[str, list[Any]], artifact_file: str) -> None:
+        self.log_dict(data, artifact_file)
+        check_table(data)
 
     def log_state_dict(self, state_dict: dict[str, Any], artifact_path: str) -> None:
         self._active()

@@ -30,7 +30,7 @@ from fedcore.tracking.journal import OPEN, RUNNING, Journal
 from fedcore.tracking.transport import TrackingUnavailable
 
 log = logging.getLogger("fedcore.tracking")
-DEFERRED = ("artifact", "dict", "figure", "state_dict")
+DEFERRED = ("artifact", "dict", "figure", "table", "state_dict")
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 STATUS_TAG = "fedcore.tracking"
 
@@ -172,6 +172,9 @@ class ResilientTracker:
         fig.savefig(path)
         self._deliver({"op": "figure", "path": self.journal.rel(path), "file": artifact_file})
 
+    def log_table(self, data: dict[str, list[Any]], artifact_file: str) -> None:
+        self._deliver({"op": "table", "data": data, "file": artifact_file})
+
     def log_state_dict(self, state_dict: dict[str, Any], artifact_path: str) -> None:
         if self.journal is None:
             self.inner.log_state_dict(state_dict, artifact_path)
@@ -250,6 +253,8 @@ class ResilientTracker:
                 inner.log_metrics(op["metrics"], op["step"])
         elif kind == "dict":
             inner.log_dict(op["obj"], op["file"])
+        elif kind == "table":
+            inner.log_table(op["data"], op["file"])
         elif kind in ("artifact", "figure"):
             assert self.journal is not None
             dest = op.get("artifact_path") if kind == "artifact" else (str(Path(op["file"]).parent) or None)

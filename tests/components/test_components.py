@@ -91,4 +91,7 @@ def test_every_component_under_kfp_local(tmp_path):
     assert child.data.tags["setting"] == "tiny" and child.data.tags["retrain.decision"] == "promoted"
     assert client.get_model_version_by_alias("tiny-model", "champion").run_id == record["run_id"]
     assert parent.data.tags["kfp.run_id"] == "job-1" and child.data.tags["kfp.task"] == "fedavg-evaluate"
-    assert [a.path for a in client.list_artifacts(parent.info.run_id, "summary")] >= ["summary/compare.json"]
+    summary = {a.path for a in client.list_artifacts(parent.info.run_id, "summary")}
+    assert {"summary/compare.json", "summary/compare.png", "summary/compare_table.json"} <= summary
+    table = json.loads(Path(client.download_artifacts(parent.info.run_id, "summary/compare_table.json")).read_text())
+    assert table["columns"][0] == "method · setting" and table["data"][0][0] == "fedavg · tiny"

@@ -256,3 +256,16 @@ def test_the_cli_hint_opens_the_store_on_mlflows_model_training_pages(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     hint = mlflow_hint(ExperimentConfig.model_validate({"tracking": {"uri": uri}}))
     assert hint.startswith(f"mlflow ui --backend-store-uri {uri}") and "workflowType=machine_learning" in hint
+
+
+def test_log_table_is_an_mlflow_table_artifact(new_tracker):
+    t = new_tracker()
+    rid = t.start("r", {})
+    t.log_table({"method": ["fedavg", "fedsir"], "acc": [0.84, 0.92]}, "summary/compare_table.json")
+    t.end()
+    client = client_for(t)
+    # The tag is what the UI's table view looks for; the file is mlflow's columns/data layout.
+    tag = json.loads(client.get_run(rid).data.tags["mlflow.loggedArtifacts"])
+    assert {"path": "summary/compare_table.json", "type": "table"} in tag
+    table = json.loads(Path(client.download_artifacts(rid, "summary/compare_table.json")).read_text())
+    assert table["columns"] == ["method", "acc"] and table["data"] == [["fedavg", 0.84], ["fedsir", 0.92]]

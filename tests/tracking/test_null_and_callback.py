@@ -257,3 +257,21 @@ def test_callback_skips_the_served_model_when_told_but_keeps_the_rest(tmp_path):
     cb.on_run_end({}, tmp_path)
     assert tracker.of("model") == [] and len(tracker.of("dataset")) == 1
     assert not any("model.uri" in tags for (tags,) in tracker.of("tags"))
+
+
+def test_the_null_tracker_refuses_a_ragged_table():
+    t = NullTracker()
+    t.start("r", {})
+    t.log_table({"a": [1, 2], "b": [3, 4]}, "t.json")
+    with pytest.raises(ValueError, match="one length"):
+        t.log_table({"a": [1, 2], "b": [3]}, "t.json")
+    with pytest.raises(TypeError):
+        t.log_table({}, "t.json")
+
+
+def test_compare_table_turns_rows_into_columns():
+    from fedcore.pipeline.runs import compare_table
+
+    got = compare_table({"header": ["method · setting", "last-10"], "rows": [["fedavg · noisy", "84.9"],
+                                                                         ["fedsir · noisy", "92.5"]]})
+    assert got == {"method · setting": ["fedavg · noisy", "fedsir · noisy"], "last-10": ["84.9", "92.5"]}
