@@ -35,3 +35,5 @@ def test_verdicts_use_the_better_fedavg_row_per_seed(tmp_path):
     assert cells[6] == "✗ (-2.0)" and cells[7] == "✓ (+3.0)"  # margins 0.52-0.45, 0.53-0.50
     assert cells[8] == "2/2; s2 diverged, tuned s1 one class"
     assert "test-best 52.5 ± 3.5, acc@val 47.5 ± 3.5" in text
+    fedavg = next(line for line in text.splitlines() if line.startswith("| fedavg "))
+    assert [c.strip() for c in fedavg.split("|")[1:-1]][6:8] == ["reference", "reference"]
