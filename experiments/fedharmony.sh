@@ -9,8 +9,8 @@
 # FedAvg, FedProx, FedAvg on an IID split of the same data (the drift control), FedHarmony and its
 # ablations. One data artifact per (setting, split, seed), shared by every method; the scenes
 # settings draw their data with data.params.seed = the seed. Finished runs are skipped.
-# Usage: bash docs/results/fedharmony.sh [OUT_DIR] [SEEDS...]   (scenes: about 2-5 CPU-minutes per run)
-#   SETTINGS="scenes_digits" ONLY="fedavg fedavg_iid" bash docs/results/fedharmony.sh runs/fh 0
+# Usage: bash experiments/fedharmony.sh [OUT_DIR] [SEEDS...]   (scenes: about 2-5 CPU-minutes per run)
+#   SETTINGS="scenes_digits" ONLY="fedavg fedavg_iid" bash experiments/fedharmony.sh runs/fh 0
 #   runs a subset. Run it through /work/bin/slot on a shared machine.
 set -euo pipefail
 # An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.

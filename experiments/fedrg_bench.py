@@ -1,4 +1,4 @@
-"""Helpers for docs/results/fedrg.sh's Fashion-MNIST mode: equal round budgets and the tables.
+"""Helpers for experiments/fedrg.sh's Fashion-MNIST mode: equal round budgets and the tables.
 
 Usage:
   fedrg_bench.py rounds CFG [-s k=v ...]        total rounds over every stage of that run
@@ -11,7 +11,7 @@ Usage:
 Equal budgets: every run of a comparison gets the baselines' total number of rounds. FedRG's
 SimCLR rounds count inside it: `pad` lowers (or raises) train.rounds until the run's stages add
 up to TOTAL, reading only the stages a method declares, never its name. The shared baseline
-runs of docs/results/fmnist_lib.sh keep the preset's train.rounds.
+runs of experiments/fmnist_lib.sh keep the preset's train.rounds.
 
 `table` reads the fmnist_lib layout: runs OUT/fedrg_<scenario>/<row>/s<seed> (rows fedavg,
 symmetric_ce, fedprox, fedrg, fedrg-<variant>) and the prepared artifacts
