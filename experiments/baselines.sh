@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sanity check of the sieving methods (docs/results/baselines.md, fedgr.md): FedAvg, FedCorr,
+# Sanity check of the sieving methods (docs/results/baselines.md, notes/fedgr.md): FedAvg, FedCorr,
 # FL-DivideMix and FedGR on a nearly centralized setting (the quickstart's digits and MLP, 2 IID clients,
 # every label 60% symmetric noise, 40 rounds), where DivideMix's own paper setting applies.
 # Usage: experiments/baselines.sh [OUT] [JOBS]   (defaults: runs/baselines, 1); prints the table.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces docs/results/fedgr.md on the CPU: one data artifact per preset and seed, shared by
+# Reproduces docs/results/notes/fedgr.md on the CPU: one data artifact per preset and seed, shared by
 # every method and variant; finished runs (metrics.json) are skipped, interrupted ones resumed.
 #   fmnist: Fashion-MNIST (configs/fmnist/fedgr_sym.yaml, fedgr_mixed.yaml) through fmnist_lib.sh:
 #           every baseline and FedAvg on clean labels, FedGR (spec v2 defaults), its four

@@ -1,4 +1,4 @@
-"""Tables for docs/results/fedgr.md from the run dirs written by experiments/fedgr.sh.
+"""Tables for docs/results/notes/fedgr.md from the run dirs written by experiments/fedgr.sh.
 
 Usage: .venv/bin/python experiments/fedgr_table.py OUT_DIR [variant ...]
 Reads OUT_DIR/<preset>/<row>/s<seed>/{metrics.json,history.csv} for the presets fedgr_sym,

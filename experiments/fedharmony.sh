@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce docs/results/fedharmony.md. Settings (SETTINGS picks; default: the two scenes presets):
+# Reproduce docs/results/notes/fedharmony.md. Settings (SETTINGS picks; default: the two scenes presets):
 #   scenes_digits   configs/fedharmony_scenes_digits.yaml: scenes_mosaic, digit tiles
 #   scenes_fmnist   configs/fmnist/fedharmony_scenes.yaml: scenes_mosaic, Fashion-MNIST tiles
 #                   (FMNIST_ROOT=/work/data/fmnist passes data.root; unset: the loader's own search)
@@ -75,7 +75,7 @@ for setting in $SETTINGS; do
     done
   done
 done
-# The tables of docs/results/fedharmony.md (x100, mean ± std over seeds), the premise check of each
+# The tables of docs/results/notes/fedharmony.md (x100, mean ± std over seeds), the premise check of each
 # data artifact and the drift cost (fedavg_iid - fedavg, mAP points) per seed.
 for setting in $SETTINGS; do
   echo "== $setting (seeds: $SEEDS)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce docs/results/fedrg.md: FedAvg / SCE / FedRG (+ ablations) on the four digits
+# Reproduce docs/results/notes/fedrg.md: FedAvg / SCE / FedRG (+ ablations) on the four digits
 # scenarios, 3 seeds. Every method of a (scenario, seed) runs on one prepared artifact.
 #   bash experiments/fedrg.sh [OUT] [VARIANTS...]     (default OUT=runs/fedrg, all variants)
 #   bash experiments/fedrg.sh fmnist [OUT] [JOBS]     Fashion-MNIST ($FMNIST_PRESETS/fedrg_*, default
@@ -14,7 +14,7 @@ if [ "${1:-}" = fmnist ]; then
   # shellcheck source=experiments/fmnist_lib.sh
   . "$(dirname "$0")/fmnist_lib.sh"
   # FedRG as the paper specifies, each v2 variant alone, their combination, and two exploratory
-  # settings (docs/results/fedrg.md). Equal budgets: FedRG's SimCLR rounds count inside the
+  # settings (docs/results/notes/fedrg.md). Equal budgets: FedRG's SimCLR rounds count inside the
   # baselines' total (`fedrg_bench.py pad` sets train.rounds from the stages each run declares).
   # The exploratory rows (the last two) run on the first of $SEEDS only: ~5.5 CPU-minutes a run.
   fedrg_rows=(

@@ -5,7 +5,7 @@ Usage:
   fedrg_bench.py pad CFG TOTAL [-s k=v ...]     the override giving that run TOTAL rounds in all
   fedrg_bench.py pads CFG ROW...                `pad` for each ROW ("-s k=v -s ..."), one line each,
                                                 TOTAL being the preset's rounds as a FedAvg run
-  fedrg_bench.py table OUT                      the markdown tables of docs/results/fedrg.md
+  fedrg_bench.py table OUT                      the markdown tables of docs/results/notes/fedrg.md
   fedrg_bench.py auc RUN DATA                   how well each score ranks the noise at a FedRG run's end
 
 Equal budgets: every run of a comparison gets the baselines' total number of rounds. FedRG's

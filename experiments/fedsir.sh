@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces docs/results/fedsir.md on the CPU.
+# Reproduces docs/results/notes/fedsir.md on the CPU.
 #   experiments/fedsir.sh runs  [OUT] [JOBS]  FedAvg / FedNoRo / FedCorr / DivideMix / FedSIR + ablations, both digits
 #                                              presets, seeds 0-2 (FedSIR also seeds 3-4)
 #   experiments/fedsir.sh sweep [OUT] [JOBS]  identification only, under other identify settings

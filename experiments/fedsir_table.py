@@ -1,4 +1,4 @@
-"""Tables for docs/results/fedsir.md from the run dirs written by experiments/fedsir.sh.
+"""Tables for docs/results/notes/fedsir.md from the run dirs written by experiments/fedsir.sh.
 
 Usage: .venv/bin/python experiments/fedsir_table.py runs/fedsir
 Accuracy: last-10 test accuracy, mean ± std (population) over seeds 0-2. Identification and
