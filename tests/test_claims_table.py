@@ -86,3 +86,8 @@ def test_the_readme_outside_the_markers_is_kept(tmp_path):
 def test_bad_blocks_get_one_clear_line(block, message):
     with pytest.raises(ct.ClaimsError, match=message):
         ct.page_claims("page", block)
+
+
+def test_docs_hold_prose_and_figures_only():
+    scripts = [p.relative_to(ROOT) for p in (ROOT / "docs").rglob("*") if p.suffix in (".py", ".sh")]
+    assert scripts == [], f"move them to experiments/: {scripts}"
