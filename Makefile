@@ -20,7 +20,7 @@ run: $(STAMP)
 	$(PY) -m fedcore quickstart
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks scripts
+	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks scripts experiments
 
 pytest: $(STAMP)
 	PYTHON=$(PY) bash scripts/ensure-kubectl.sh

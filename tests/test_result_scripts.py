@@ -1,4 +1,4 @@
-"""The diagnostic scripts in docs/results still read what fedcore writes.
+"""The diagnostic scripts in experiments/ still read what fedcore writes.
 
 They read ground truth, so they live outside the library; these tests keep them from rotting
 when a run's outputs or a method's hooks change.
@@ -28,7 +28,7 @@ HALF2, HALF3 = 0.0051, 0.00051  # a printed .2f / .3f value: half a last digit, 
 
 
 def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "results" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -125,7 +125,7 @@ def _expect(vals, scale=100.0, digits=1):
 
 
 def test_table_rows_are_recomputed_from_the_histories(fedgr_run, tmp_path, capsys):
-    """docs/results/fedgr.sh's layout: FedGR on two seeds (links to one run), FedAvg on one."""
+    """experiments/fedgr.sh's layout: FedGR on two seeds (links to one run), FedAvg on one."""
     cfg, data, run, res = fedgr_run
     avg = run_experiment(ExperimentConfig.model_validate({**cfg.model_dump(), "method": {"name": "fedavg"}}),
                          tmp_path / "fedavg-run", data=data)

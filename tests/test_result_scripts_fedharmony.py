@@ -1,4 +1,4 @@
-"""docs/results/fedharmony_labels.py still reads what fedcore writes: a short FedAvg run on scenes_mosaic."""
+"""experiments/fedharmony_labels.py still reads what fedcore writes: a short FedAvg run on scenes_mosaic."""
 
 import numpy as np
 import pytest

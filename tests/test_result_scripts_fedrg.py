@@ -1,4 +1,4 @@
-"""docs/results/fedrg_bench.py (the Fashion-MNIST mode of fedrg.sh): equal round budgets (FedRG's
+"""experiments/fedrg_bench.py (the Fashion-MNIST mode of fedrg.sh): equal round budgets (FedRG's
 SimCLR rounds inside the baselines' total) and tables that join the FedAvg run's small-loss probe
 into the FedRG rows."""
 

@@ -1,4 +1,4 @@
-"""The FedRG / FedSIR result scripts and the strong-view check in docs/results still read what
+"""The FedRG / FedSIR result scripts and the strong-view check in experiments/ still read what
 fedcore writes (see tests/test_result_scripts.py for the FedGR ones)."""
 
 import csv
@@ -82,7 +82,7 @@ def test_fedrg_diagnose_rare_class_false_positives(fedrg_diag):
 
 @pytest.fixture(scope="module")
 def fedsir_root(tmp_path_factory):
-    """docs/results/fedsir.sh's layout for both presets, from three short runs on one scene:
+    """experiments/fedsir.sh's layout for both presets, from three short runs on one scene:
     FedSIR (seeds 0 and 2), FedSIR with a shorter identify stage (seed 1), FedAvg (seed 0)."""
     root = tmp_path_factory.mktemp("fedsir")
     fed = build_federated_dataset(fednoro_cfg("fedsir"))

@@ -1,4 +1,4 @@
-"""docs/results/tuning_table.py on constructed runs: the verdicts and the notes."""
+"""experiments/tuning_table.py on constructed runs: the verdicts and the notes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-SPEC = importlib.util.spec_from_file_location("tuning_table", Path("docs/results/tuning_table.py"))
+SPEC = importlib.util.spec_from_file_location("tuning_table", Path("experiments/tuning_table.py"))
 tt = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(tt)
 

@@ -1,17 +1,17 @@
-"""Helpers for docs/results/fedrg.sh's Fashion-MNIST mode: equal round budgets and the tables.
+"""Helpers for experiments/fedrg.sh's Fashion-MNIST mode: equal round budgets and the tables.
 
 Usage:
   fedrg_bench.py rounds CFG [-s k=v ...]        total rounds over every stage of that run
   fedrg_bench.py pad CFG TOTAL [-s k=v ...]     the override giving that run TOTAL rounds in all
   fedrg_bench.py pads CFG ROW...                `pad` for each ROW ("-s k=v -s ..."), one line each,
                                                 TOTAL being the preset's rounds as a FedAvg run
-  fedrg_bench.py table OUT                      the markdown tables of docs/results/fedrg.md
+  fedrg_bench.py table OUT                      the markdown tables of docs/results/notes/fedrg.md
   fedrg_bench.py auc RUN DATA                   how well each score ranks the noise at a FedRG run's end
 
 Equal budgets: every run of a comparison gets the baselines' total number of rounds. FedRG's
 SimCLR rounds count inside it: `pad` lowers (or raises) train.rounds until the run's stages add
 up to TOTAL, reading only the stages a method declares, never its name. The shared baseline
-runs of docs/results/fmnist_lib.sh keep the preset's train.rounds.
+runs of experiments/fmnist_lib.sh keep the preset's train.rounds.
 
 `table` reads the fmnist_lib layout: runs OUT/fedrg_<scenario>/<row>/s<seed> (rows fedavg,
 symmetric_ce, fedprox, fedrg, fedrg-<variant>) and the prepared artifacts

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce docs/results/fedharmony.md. Settings (SETTINGS picks; default: the two scenes presets):
+# Reproduce docs/results/notes/fedharmony.md. Settings (SETTINGS picks; default: the two scenes presets):
 #   scenes_digits   configs/fedharmony_scenes_digits.yaml: scenes_mosaic, digit tiles
 #   scenes_fmnist   configs/fmnist/fedharmony_scenes.yaml: scenes_mosaic, Fashion-MNIST tiles
 #                   (FMNIST_ROOT=/work/data/fmnist passes data.root; unset: the loader's own search)
@@ -9,8 +9,8 @@
 # FedAvg, FedProx, FedAvg on an IID split of the same data (the drift control), FedHarmony and its
 # ablations. One data artifact per (setting, split, seed), shared by every method; the scenes
 # settings draw their data with data.params.seed = the seed. Finished runs are skipped.
-# Usage: bash docs/results/fedharmony.sh [OUT_DIR] [SEEDS...]   (scenes: about 2-5 CPU-minutes per run)
-#   SETTINGS="scenes_digits" ONLY="fedavg fedavg_iid" bash docs/results/fedharmony.sh runs/fh 0
+# Usage: bash experiments/fedharmony.sh [OUT_DIR] [SEEDS...]   (scenes: about 2-5 CPU-minutes per run)
+#   SETTINGS="scenes_digits" ONLY="fedavg fedavg_iid" bash experiments/fedharmony.sh runs/fh 0
 #   runs a subset. Run it through /work/bin/slot on a shared machine.
 set -euo pipefail
 # An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.
@@ -75,7 +75,7 @@ for setting in $SETTINGS; do
     done
   done
 done
-# The tables of docs/results/fedharmony.md (x100, mean ± std over seeds), the premise check of each
+# The tables of docs/results/notes/fedharmony.md (x100, mean ± std over seeds), the premise check of each
 # data artifact and the drift cost (fedavg_iid - fedavg, mAP points) per seed.
 for setting in $SETTINGS; do
   echo "== $setting (seeds: $SEEDS)"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Reproduce docs/results/fedrg.md: FedAvg / SCE / FedRG (+ ablations) on the four digits
+# Reproduce docs/results/notes/fedrg.md: FedAvg / SCE / FedRG (+ ablations) on the four digits
 # scenarios, 3 seeds. Every method of a (scenario, seed) runs on one prepared artifact.
-#   bash docs/results/fedrg.sh [OUT] [VARIANTS...]     (default OUT=runs/fedrg, all variants)
-#   bash docs/results/fedrg.sh fmnist [OUT] [JOBS]     Fashion-MNIST ($FMNIST_PRESETS/fedrg_*, default
+#   bash experiments/fedrg.sh [OUT] [VARIANTS...]     (default OUT=runs/fedrg, all variants)
+#   bash experiments/fedrg.sh fmnist [OUT] [JOBS]     Fashion-MNIST ($FMNIST_PRESETS/fedrg_*, default
 #        configs/fmnist): every baseline, FedAvg on clean labels, FedRG and its v2 variants, seeds 0-2 (the two
 #        exploratory rows on the first seed only), then the tables (OUT defaults to runs/fmnist, shared with the
 #        other docs)
@@ -11,10 +11,10 @@
 set -euo pipefail
 if [ "${1:-}" = fmnist ]; then
   FMNIST_OUT=${2:-runs/fmnist} JOBS=${3:-1}
-  # shellcheck source=docs/results/fmnist_lib.sh
+  # shellcheck source=experiments/fmnist_lib.sh
   . "$(dirname "$0")/fmnist_lib.sh"
   # FedRG as the paper specifies, each v2 variant alone, their combination, and two exploratory
-  # settings (docs/results/fedrg.md). Equal budgets: FedRG's SimCLR rounds count inside the
+  # settings (docs/results/notes/fedrg.md). Equal budgets: FedRG's SimCLR rounds count inside the
   # baselines' total (`fedrg_bench.py pad` sets train.rounds from the stages each run declares).
   # The exploratory rows (the last two) run on the first of $SEEDS only: ~5.5 CPU-minutes a run.
   fedrg_rows=(
@@ -35,7 +35,7 @@ if [ "${1:-}" = fmnist ]; then
       read -r name rest <<< "$row"
       names+=("$name") overrides+=("$rest")
     done
-    mapfile -t budget < <($PY docs/results/fedrg_bench.py pads "$FMNIST_PRESETS/$preset.yaml" "${overrides[@]}")
+    mapfile -t budget < <($PY experiments/fedrg_bench.py pads "$FMNIST_PRESETS/$preset.yaml" "${overrides[@]}")
     for i in "${!fedrg_rows[@]}"; do
       seeds=$SEEDS
       if [ "$i" -ge $(( ${#fedrg_rows[@]} - probes )) ]; then seeds=${SEEDS%% *}; fi
@@ -45,7 +45,7 @@ if [ "${1:-}" = fmnist ]; then
   done
   fm_go "${presets[@]}"
   # FedRG's own views: the variants side by side, the three detector views, the majority split.
-  $PY docs/results/fedrg_bench.py table "$FMNIST_OUT"
+  $PY experiments/fedrg_bench.py table "$FMNIST_OUT"
   exit 0
 fi
 # An interrupted run (checkpoints, no metrics.json) is continued; `fedcore run` refuses to overwrite it.

@@ -1,7 +1,7 @@
 """Fashion-MNIST tables for docs/results/*.md from the runs of the scripts' `fmnist` modes.
 
-Usage: .venv/bin/python docs/results/fmnist_table.py runs/fmnist PRESET [PRESET ...]
-One Markdown table per preset, one row per run folder (docs/results/fmnist_lib.sh), mean ± std
+Usage: .venv/bin/python experiments/fmnist_table.py runs/fmnist PRESET [PRESET ...]
+One Markdown table per preset, one row per run folder (experiments/fmnist_lib.sh), mean ± std
 (population) over the seeds found: last-10 and best-round test accuracy, the best round,
 global memorization at the first and last evaluation, identification F1 and the last relabel
 precision where the method logs them, and whether the row beats FedAvg (its last-10 above
@@ -80,7 +80,7 @@ def table(root: Path, preset: str) -> list[str]:
         lines.append(f"| {name} ({seeds}) | {fmt(col('last10'))} | {fmt(col('best'))} "
                      f"| {fmt(col('best_round'), 1.0, 0)} | {fmt(col('mem_first'))} → {fmt(col('mem_last'))} "
                      f"| {fmt(col('f1'), 1.0, 2)} | {fmt(col('relabel_p'), 1.0, 2)} | {verdict} |")
-    lines += ["", "Commands (seeds 0-2; `docs/results/fmnist_lib.sh` prepares the data):", ""]
+    lines += ["", "Commands (seeds 0-2; `experiments/fmnist_lib.sh` prepares the data):", ""]
     for name in rows:
         cmd = root / preset / name / "command.txt"
         if cmd.is_file():

@@ -1,6 +1,6 @@
 """Per-round diagnosis of FedGR's sieve on any run's global models (reads truth: lives here).
 
-Usage: .venv/bin/python docs/results/fedgr_sieve_trace.py CONFIG DATA_DIR OUT_DIR [dotted.key=value ...]
+Usage: .venv/bin/python experiments/fedgr_sieve_trace.py CONFIG DATA_DIR OUT_DIR [dotted.key=value ...]
 
 Runs CONFIG (any method; FedAvg shows what the warm-up hands over) and, after every round,
 scores every client's training samples with the global model w^t on the un-augmented image,

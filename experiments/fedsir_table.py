@@ -1,6 +1,6 @@
-"""Tables for docs/results/fedsir.md from the run dirs written by docs/results/fedsir.sh.
+"""Tables for docs/results/notes/fedsir.md from the run dirs written by experiments/fedsir.sh.
 
-Usage: .venv/bin/python docs/results/fedsir_table.py runs/fedsir
+Usage: .venv/bin/python experiments/fedsir_table.py runs/fedsir
 Accuracy: last-10 test accuracy, mean ± std (population) over seeds 0-2. Identification and
 relabel numbers come from history.csv: client F1 of the one identification round, relabel
 precision/recall at the first and the last relabel event (mean over seeds).

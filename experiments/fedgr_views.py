@@ -1,6 +1,6 @@
 """Grids of FedGR's weak and strong views per dataset, to judge by eye whether they keep the label.
 
-Usage: .venv/bin/python docs/results/fedgr_views.py [OUT_DIR] [--fmnist-root DIR] [--cifar-root DIR]
+Usage: .venv/bin/python experiments/fedgr_views.py [OUT_DIR] [--fmnist-root DIR] [--cifar-root DIR]
 Writes OUT_DIR/fedgr_views_<dataset>.png (default OUT_DIR: docs/results): one row per class
 (the first training image of each class), columns = the plain image, three weak views and
 five strong views (FixMatch RandAugment, 2 ops at magnitude up to 1, cutout up to half the

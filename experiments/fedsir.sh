@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Reproduces docs/results/fedsir.md on the CPU.
-#   docs/results/fedsir.sh runs  [OUT] [JOBS]  FedAvg / FedNoRo / FedCorr / DivideMix / FedSIR + ablations, both digits
+# Reproduces docs/results/notes/fedsir.md on the CPU.
+#   experiments/fedsir.sh runs  [OUT] [JOBS]  FedAvg / FedNoRo / FedCorr / DivideMix / FedSIR + ablations, both digits
 #                                              presets, seeds 0-2 (FedSIR also seeds 3-4)
-#   docs/results/fedsir.sh sweep [OUT] [JOBS]  identification only, under other identify settings
-#   docs/results/fedsir.sh holdout [OUT] [JOBS] identification only, preset settings, fresh seeds 5-9
-#   docs/results/fedsir.sh table [OUT]         print the tables
-#   docs/results/fedsir.sh fmnist [OUT] [JOBS] Fashion-MNIST (configs/fmnist/fedsir_09, fedsir_06): every baseline,
+#   experiments/fedsir.sh sweep [OUT] [JOBS]  identification only, under other identify settings
+#   experiments/fedsir.sh holdout [OUT] [JOBS] identification only, preset settings, fresh seeds 5-9
+#   experiments/fedsir.sh table [OUT]         print the tables
+#   experiments/fedsir.sh fmnist [OUT] [JOBS] Fashion-MNIST (configs/fmnist/fedsir_09, fedsir_06): every baseline,
 #                                              FedAvg on clean labels, FedSIR and its ablations, seeds 0-2, then
 #                                              the tables (OUT defaults to runs/fmnist, shared with the other docs)
 # OUT defaults to runs/fedsir, JOBS (parallel runs) to 1. The digits presets are smoke-scale.
@@ -33,7 +33,7 @@ declare -A VARIANTS=(
 )
 if [ "$MODE" = fmnist ]; then
   FMNIST_OUT=${2:-runs/fmnist} JOBS=${3:-1}
-  # shellcheck source=docs/results/fmnist_lib.sh
+  # shellcheck source=experiments/fmnist_lib.sh
   . "$(dirname "$0")/fmnist_lib.sh"
   for preset in fedsir_09 fedsir_06; do
     fm_baselines $preset
@@ -86,5 +86,5 @@ for preset in fedsir_digits fedsir_digits_06; do
   done
 done
 xargs -P "$JOBS" -I{} nice -n 10 bash -c {} < "$jobs_file"
-[ "$MODE" != table ] || $PY docs/results/fedsir_table.py "$OUT"
+[ "$MODE" != table ] || $PY experiments/fedsir_table.py "$OUT"
 [ "$MODE" = table ] || echo "done; tables: $0 table $OUT"

@@ -1,6 +1,6 @@
-"""Tables of docs/results/tuning.md from the runs of docs/results/tuning.sh.
+"""Tables of docs/results/tuning.md from the runs of experiments/tuning.sh.
 
-    python docs/results/tuning_table.py OUT SCENE...
+    python experiments/tuning_table.py OUT SCENE...
 
 One table per scene: per method, the default and the tuned setting on the reporting seeds (last-10
 test accuracy and the test accuracy at the round validation picks, mean +- std), the trials the tune

@@ -4,7 +4,7 @@
 # clients' held-out validation split (10% of each client's samples, noisy labels); then the default
 # and the tuned setting run on the reporting seeds, every run on that seed's one artifact.
 #
-# Usage: docs/results/tuning.sh [OUT]      (default runs/tuning); prints the tables at the end.
+# Usage: experiments/tuning.sh [OUT]      (default runs/tuning); prints the tables at the end.
 # Environment: SCENES (fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09),
 #   METHODS (default: every baseline plus the scene's own method), TRIALS (8), TUNE_SEED (100),
 #   SEEDS ("0 1 2"), JOBS (1: the reporting runs in parallel; tunes run one at a time), PY (.venv/bin/python).
@@ -76,4 +76,4 @@ done
 echo "tuning: $(wc -l < "$jobs_file") reporting runs to do under $OUT (JOBS=$JOBS)" >&2
 xargs -P "$JOBS" -I{} bash -c {} < "$jobs_file"
 # shellcheck disable=SC2086
-$PY docs/results/tuning_table.py "$OUT" $SCENES
+$PY experiments/tuning_table.py "$OUT" $SCENES

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces docs/results/fedgr.md on the CPU: one data artifact per preset and seed, shared by
+# Reproduces docs/results/notes/fedgr.md on the CPU: one data artifact per preset and seed, shared by
 # every method and variant; finished runs (metrics.json) are skipped, interrupted ones resumed.
 #   fmnist: Fashion-MNIST (configs/fmnist/fedgr_sym.yaml, fedgr_mixed.yaml) through fmnist_lib.sh:
 #           every baseline and FedAvg on clean labels, FedGR (spec v2 defaults), its four
@@ -7,9 +7,9 @@
 #           variants on seed 0 of the sym preset. Then fmnist_table.py and fedgr_table.py.
 #           OUT defaults to runs/fmnist (shared with the other docs); FM_ROWS narrows the rows.
 #   digits: the FedGR grid on the digits presets (smoke scale), under OUT/digits_{sym,mixed}.
-# Usage: docs/results/fedgr.sh [OUT_DIR] [JOBS] [fmnist|digits]   (defaults: runs/fmnist, 1, fmnist)
-#   e.g. FM_ROWS="fedavg fedgr" SEEDS=0 docs/results/fedgr.sh runs/fmnist 2
-# Then (digits): .venv/bin/python docs/results/fedgr_table.py OUT_DIR
+# Usage: experiments/fedgr.sh [OUT_DIR] [JOBS] [fmnist|digits]   (defaults: runs/fmnist, 1, fmnist)
+#   e.g. FM_ROWS="fedavg fedgr" SEEDS=0 experiments/fedgr.sh runs/fmnist 2
+# Then (digits): .venv/bin/python experiments/fedgr_table.py OUT_DIR
 set -euo pipefail
 MODE=${3:-fmnist}
 JOBS=${2:-1}
@@ -23,7 +23,7 @@ TEXT="-s $P.cache=pseudo -s $P.unrefined=weighted -s $P.warmup_rep_reg=false"
 
 if [ "$MODE" = fmnist ]; then
   FMNIST_OUT=${1:-runs/fmnist}
-  # shellcheck source=docs/results/fmnist_lib.sh
+  # shellcheck source=experiments/fmnist_lib.sh
   . "$(dirname "$0")/fmnist_lib.sh"
   for preset in fedgr_sym fedgr_mixed; do
     fm_baselines $preset
@@ -55,7 +55,7 @@ if [ "$MODE" = fmnist ]; then
   SEEDS=0 fm_queue fedgr_mixed fedgr-b_weighted -s $P.distill_on=weighted
   SEEDS=0 fm_queue fedgr_mixed fedgr-plain-b01 -s $P.views=plain -s $P.lambda_b=0.1
   fm_go fedgr_sym fedgr_mixed
-  $PY docs/results/fedgr_table.py "$FMNIST_OUT"
+  $PY experiments/fedgr_table.py "$FMNIST_OUT"
   exit 0
 fi
 

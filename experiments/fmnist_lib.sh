@@ -1,4 +1,4 @@
-# Shared by the `fmnist` modes of docs/results/{baselines,fedgr,fedrg,fedsir}.sh (source it).
+# Shared by the `fmnist` modes of experiments/{baselines,fedgr,fedrg,fedsir}.sh (source it).
 # Every run lands in $FMNIST_OUT/<preset>/<row>/s<seed>; all rows of a (preset, seed) share one
 # prepared artifact, $FMNIST_OUT/<preset>/data-s<seed> (the clean-label ceiling has its own,
 # data-clean-s<seed>: same partition, noise.type=none). Rows that finished (metrics.json) are
@@ -69,5 +69,5 @@ fm_baselines() {  # preset: every baseline plus FedAvg on clean labels (the ceil
 fm_go() {  # run what was queued, then print the tables of the given presets
   echo "fmnist: $(wc -l < "$fm_jobs") runs to do under $FMNIST_OUT (JOBS=$JOBS)" >&2
   xargs -P "$JOBS" -I{} bash -c {} < "$fm_jobs"
-  $PY docs/results/fmnist_table.py "$FMNIST_OUT" "$@"
+  $PY experiments/fmnist_table.py "$FMNIST_OUT" "$@"
 }

@@ -6,12 +6,12 @@
 # experiment's run list, the child run's overview (datasets, source, model), its system
 # metrics, and its noise-rate figure into docs/img/.
 #
-#   bash docs/results/mlflow_ui.sh [OUT]        # on a shared machine: /work/bin/slot bash docs/results/mlflow_ui.sh
+#   bash experiments/mlflow_ui.sh [OUT]        # on a shared machine: /work/bin/slot bash experiments/mlflow_ui.sh
 #
 # REUSE=1 re-shoots the store a previous call left in OUT, without a new run.
 # Needs chromium (Debian: apt-get install -y chromium); PYTHON and CHROMIUM override the binaries.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/fedcore-mlflow-ui}
 PY=${PYTHON:-python}
 CHROMIUM=${CHROMIUM:-chromium}

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Sanity check of the sieving methods (docs/results/baselines.md, fedgr.md): FedAvg, FedCorr,
+# Sanity check of the sieving methods (docs/results/baselines.md, notes/fedgr.md): FedAvg, FedCorr,
 # FL-DivideMix and FedGR on a nearly centralized setting (the quickstart's digits and MLP, 2 IID clients,
 # every label 60% symmetric noise, 40 rounds), where DivideMix's own paper setting applies.
-# Usage: docs/results/baselines.sh [OUT] [JOBS]   (defaults: runs/baselines, 1); prints the table.
-#        docs/results/baselines.sh fmnist [OUT] [JOBS]   every baseline and FedAvg on clean labels on every
+# Usage: experiments/baselines.sh [OUT] [JOBS]   (defaults: runs/baselines, 1); prints the table.
+#        experiments/baselines.sh fmnist [OUT] [JOBS]   every baseline and FedAvg on clean labels on every
 #        configs/fmnist preset, seeds 0-2, then the tables (OUT defaults to runs/fmnist, shared with the other
 #        docs' fmnist modes). The digits check above is smoke-scale.
 set -euo pipefail
 if [ "${1:-}" = fmnist ]; then
   FMNIST_OUT=${2:-runs/fmnist} JOBS=${3:-1}
-  # shellcheck source=docs/results/fmnist_lib.sh
+  # shellcheck source=experiments/fmnist_lib.sh
   . "$(dirname "$0")/fmnist_lib.sh"
   PRESETS="fedgr_sym fedgr_mixed fedsir_09 fedsir_06 fedrg_sym_localized fedrg_sym_globalized fedrg_pair_localized \
 fedrg_pair_globalized"

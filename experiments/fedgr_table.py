@@ -1,6 +1,6 @@
-"""Tables for docs/results/fedgr.md from the run dirs written by docs/results/fedgr.sh.
+"""Tables for docs/results/notes/fedgr.md from the run dirs written by experiments/fedgr.sh.
 
-Usage: .venv/bin/python docs/results/fedgr_table.py OUT_DIR [variant ...]
+Usage: .venv/bin/python experiments/fedgr_table.py OUT_DIR [variant ...]
 Reads OUT_DIR/<preset>/<row>/s<seed>/{metrics.json,history.csv} for the presets fedgr_sym,
 fedgr_mixed, digits_sym and digits_mixed (those present). Columns, mean ± std (population)
 over the seeds found: last-10 and best-round test accuracy; r_k Pearson (mean over the rounds

@@ -1,0 +1,93 @@
+"""The claims tables (docs/results/README.md, the README's results section) are generated from the
+method pages by experiments/claims_table.py and are not stale; a changed number makes them so."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = importlib.util.spec_from_file_location("claims_table", ROOT / "experiments" / "claims_table.py")
+ct = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(ct)
+
+
+def _copy_repo(tmp_path: Path) -> Path:
+    """The files the script reads and writes, in a tmp tree of the repo's layout."""
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    for name in (*ct.PAGES, "README"):
+        shutil.copy(ROOT / "docs" / "results" / f"{name}.md", tmp_path / "docs" / "results" / f"{name}.md")
+    return tmp_path
+
+
+def test_the_committed_tables_match_the_pages():
+    assert ct.main(["--check", "--root", str(ROOT)]) == 0, "run .venv/bin/python experiments/claims_table.py"
+
+
+def test_every_page_has_rows_and_the_readme_carries_them_all():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    results = (ROOT / "docs" / "results" / "README.md").read_text(encoding="utf-8")
+    for name in ct.PAGES:
+        rows = ct.page_claims(name, (ROOT / "docs" / "results" / f"{name}.md").read_text(encoding="utf-8"))
+        assert rows
+        for row in rows:
+            assert row["ours"].replace("|", "\\|") in readme and row["ours"].replace("|", "\\|") in results
+            assert f"(docs/results/{name}.md#{row['anchor']})" in readme
+
+
+def test_a_changed_number_makes_both_tables_stale_and_a_rebuild_fixes_them(tmp_path, capsys):
+    root = _copy_repo(tmp_path)
+    assert ct.main(["--check", "--root", str(root)]) == 0
+    page = root / "docs" / "results" / "fedsir.md"
+    text = page.read_text(encoding="utf-8")
+    assert text.count("79.8 ± 0.8") >= 2  # in the claims block and in the table it summarises
+    page.write_text(text.replace("79.8 ± 0.8", "79.9 ± 0.8"), encoding="utf-8")
+
+    assert ct.main(["--check", "--root", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert "stale: docs/results/README.md" in err and "stale: README.md" in err
+
+    assert ct.main(["--root", str(root)]) == 0
+    assert ct.main(["--check", "--root", str(root)]) == 0
+    assert "79.9 ± 0.8 vs FedNoRo 78.0 ± 0.5" in (root / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_row_number_missing_from_its_page_is_refused(tmp_path, capsys):
+    root = _copy_repo(tmp_path)
+    page = root / "docs" / "results" / "fedgr.md"
+    text = page.read_text(encoding="utf-8")
+    block = ct.BLOCK.search(text).group(0)
+    page.write_text(text.replace(block, block.replace("27.5 ± 3.3 vs FedAvg", "27.6 ± 3.3 vs FedAvg")),
+                    encoding="utf-8")
+    assert ct.main(["--check", "--root", str(root)]) == 2
+    assert "fedgr.md: claim 1: ours number 27.6 appears nowhere else on the page" in capsys.readouterr().err
+
+
+def test_the_readme_outside_the_markers_is_kept(tmp_path):
+    root = _copy_repo(tmp_path)
+    readme = root / "README.md"
+    readme.write_text(readme.read_text(encoding="utf-8").replace(ct.END, ct.END + "\nmy own line"), encoding="utf-8")
+    assert ct.main(["--root", str(root)]) == 0
+    after = readme.read_text(encoding="utf-8")
+    assert "\nmy own line" in after and after.count(ct.START) == 1
+    assert "## Two commands" in after
+
+
+@pytest.mark.parametrize("block, message", [
+    ("<!-- claims\n- seed: X\n-->", "needs exactly the fields"),
+    ("<!-- claims\n- {seed: A, claim: b, paper: '-', ours: '-', scene: s, verdict: maybe, anchor: a}\n-->",
+     "verdict must be yes or no"),
+    ("no block at all", "expected one <!-- claims ... --> block, found 0"),
+])
+def test_bad_blocks_get_one_clear_line(block, message):
+    with pytest.raises(ct.ClaimsError, match=message):
+        ct.page_claims("page", block)
+
+
+def test_docs_hold_prose_and_figures_only():
+    scripts = [p.relative_to(ROOT) for p in (ROOT / "docs").rglob("*") if p.suffix in (".py", ".sh")]
+    assert scripts == [], f"move them to experiments/: {scripts}"
