@@ -52,7 +52,7 @@ MLFLOW_IMAGE = "ghcr.io/mlflow/mlflow:v3.17.2-full"
 K8S_NAMESPACE = "fedcore"
 S3_SECRET = "fedcore-s3"  # keys: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
 DB_SECRET = "fedcore-mlflow-db"  # type kubernetes.io/basic-auth, keys: username, password
-# MLflow's basic-auth app: its admin (type basic-auth, keys username, password, flask-secret-key),
+# MLflow's basic-auth app: its admin (type basic-auth, keys username, password, flask_secret_key),
 # read by the MLflow pod and the setup Job only, and the non-admin user of every other fedcore pod.
 MLFLOW_ADMIN_SECRET = "fedcore-mlflow-admin"
 MLFLOW_CLIENT_SECRET = "fedcore-mlflow-client"
