@@ -11,6 +11,7 @@ import base64
 import logging
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
@@ -140,3 +141,26 @@ def test_credentials_refused_mid_run_are_journaled_and_sync_exits_2_keeping_them
     run = client.get_run(rid)
     assert run.info.status == "FINISHED" and [m.step for m in client.get_metric_history(rid, "test/acc")] == [1, 2]
     assert journal.pending() == []
+
+
+def test_the_read_only_viewer_recipe_of_docs_deploy_md(auth_server, pod_user, monkeypatch):
+    from fedcore.deploy.mlflow_auth import AuthApi
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    for path in ("/api/2.0/mlflow/users/create", "/api/3.0/mlflow/users/permissions/grant"):
+        assert path in guide
+    assert '\\"resource_id\\": \\"*\\", \\"permission\\": \\"READ\\"' in guide
+    viewer = ("viewer", "viewer-test-pw-5d2e8a")
+    admin = AuthApi(auth_server.uri, *auth_server.admin)
+    admin.ok("POST", "/api/2.0/mlflow/users/create", {"username": viewer[0], "password": viewer[1]})
+    for kind in ("experiment", "registered_model"):  # the docs' loop
+        admin.ok("POST", "/api/3.0/mlflow/users/permissions/grant",
+                 {"username": viewer[0], "resource_type": kind, "resource_id": "*", "permission": "READ"})
+    as_user(monkeypatch, viewer)
+    client = MlflowClient(auth_server.uri)
+    exp = client.get_experiment_by_name(EXPERIMENT)  # made by the setup, not by the viewer
+    assert exp is not None and client.search_runs([exp.experiment_id]) is not None
+    assert client.get_registered_model(MODEL).name == MODEL
+    with pytest.raises(MlflowException) as err:
+        client.create_run(exp.experiment_id)
+    assert err.value.error_code == "PERMISSION_DENIED"
