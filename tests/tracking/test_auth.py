@@ -164,3 +164,12 @@ def test_the_read_only_viewer_recipe_of_docs_deploy_md(auth_server, pod_user, mo
     with pytest.raises(MlflowException) as err:
         client.create_run(exp.experiment_id)
     assert err.value.error_code == "PERMISSION_DENIED"
+
+
+def test_the_smoke_check_says_when_the_pod_users_credentials_are_refused(auth_server, pod_user):
+    from fedcore.deploy.k8s import _check_mlflow
+
+    good = {"MLFLOW_TRACKING_USERNAME": POD[0], "MLFLOW_TRACKING_PASSWORD": POD[1]}
+    assert _check_mlflow(auth_server.uri, 10, good) == []
+    (problem,) = _check_mlflow(auth_server.uri, 10, {**good, "MLFLOW_TRACKING_PASSWORD": "wrong-one"})
+    assert "refused MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (HTTP 401)" in problem
