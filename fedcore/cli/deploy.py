@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.deploy import env, k8s
+from fedcore.deploy import env, k8s, stack
 from fedcore.errors import UserError
 
 app = typer.Typer(help="Render, check and smoke-test the Kubernetes deployment (k8s/).", no_args_is_help=True)
@@ -66,7 +66,7 @@ def check_cmd(
     versions = k8s_version or list(k8s.K8S_VERSIONS)
     failed = False
     for item in overlay or list(Overlay):
-        problems = k8s.check(item.value, versions, k8s_dir)
+        problems = stack.check(item.value, versions, k8s_dir)
         typer.echo(f"{item.value}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
         for problem in problems:
             typer.echo(f"  {problem}")

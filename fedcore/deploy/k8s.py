@@ -209,13 +209,10 @@ def policy_violations(objects: Iterable[Mapping], namespace: str = K8S_NAMESPACE
 
 
 def check(overlay: str, versions: Iterable[str] = K8S_VERSIONS, root: Path | None = None) -> list[str]:
-    """Render one overlay, then validate and police it (fedcore.deploy.stack: MLflow's auth app,
-    the pods' MLflow user from a Secret); returns every problem found."""
-    from fedcore.deploy.stack import client_credential_problems, mlflow_auth_problems
-
+    """Render one overlay, then validate and police it; returns every problem found
+    (`fedcore.deploy.stack.check` adds MLflow's auth app and the pods' MLflow user)."""
     objects = load_objects(render(overlay, root))
-    return (validate(objects, versions) + policy_violations(objects) + mlflow_auth_problems(objects)
-            + client_credential_problems(objects))
+    return validate(objects, versions) + policy_violations(objects)
 
 
 def smoke(require_gpu: bool = False, env: Mapping[str, str] | None = None, timeout: float = 10.0) -> list[str]:

@@ -14,16 +14,24 @@ policy (no literal secrets, limits on every container, ...). On top of that the 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+from fedcore.deploy import k8s
 from fedcore.deploy.env import CLIENT_POD_LABEL, MLFLOW_CLIENT_KEYS
+from fedcore.deploy.k8s import name_of, pod_spec
 
 AUTH_APP = "basic-auth"
 
 
-def _containers(obj: Mapping) -> list[Mapping]:
-    from fedcore.deploy.k8s import pod_spec
+def check(overlay: str, versions: Iterable[str] = k8s.K8S_VERSIONS, root: Path | None = None) -> list[str]:
+    """Every problem of one rendered overlay: schemas, pod policy, MLflow's auth, the pods' MLflow user."""
+    objects = k8s.load_objects(k8s.render(overlay, root))
+    return (k8s.validate(objects, versions) + k8s.policy_violations(objects) + mlflow_auth_problems(objects)
+            + client_credential_problems(objects))
 
+
+def _containers(obj: Mapping) -> list[Mapping]:
     spec = pod_spec(obj) or {}
     return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
 
@@ -52,8 +60,6 @@ def has_auth_app(c: Mapping) -> bool:
 
 def mlflow_auth_problems(objects: Iterable[Mapping]) -> list[str]:
     """Every MLflow server runs the basic-auth app, configured, with its admin password from a Secret."""
-    from fedcore.deploy.k8s import name_of
-
     problems = []
     for obj in objects:
         for c in _containers(obj):
@@ -72,8 +78,6 @@ def mlflow_auth_problems(objects: Iterable[Mapping]) -> list[str]:
 
 def client_credential_problems(objects: Iterable[Mapping]) -> list[str]:
     """Every fedcore client pod's containers read MLFLOW_TRACKING_USERNAME / _PASSWORD from a Secret."""
-    from fedcore.deploy.k8s import name_of
-
     key, value = CLIENT_POD_LABEL
     problems = []
     for obj in objects:
