@@ -4,6 +4,11 @@
 # torch's PyPI wheels (2.14.1, CUDA 13 build) bundle the CUDA user-space libraries
 # (cuBLAS, cuDNN, NCCL), so the base only needs to be a CUDA 13 Ubuntu that the NVIDIA
 # container runtime recognises; the `base` flavour avoids a second copy of those libraries.
+# They need an NVIDIA driver >= 580 on the GPU nodes (docs/deploy.md, "GPU nodes").
+# Base: nvidia/cuda:13.0.1-base-ubuntu24.04. DIGEST PENDING: it could not be read offline when the
+# lock landed; pin it as the tag plus `@sha256:<digest>` from
+#   docker buildx imagetools inspect nvidia/cuda:13.0.1-base-ubuntu24.04 --format '{{json .Manifest.Digest}}'
+# (tests/deploy/test_lock.py holds a strict xfail that turns red once the digest is in).
 ARG CUDA_BASE=nvidia/cuda:13.0.1-base-ubuntu24.04
 
 # ---- build: a virtualenv with torch and fedcore installed (non-editable) -------------
@@ -16,17 +21,22 @@ RUN python3.12 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# The multi-GB wheels get their own layer so code edits do not re-download them.
-# Keep these pins equal to pyproject.toml (tests/deploy checks it).
-RUN pip install torch==2.14.1 torchvision==0.29.1
+# Every dependency, torch's multi-GB wheels included, from the hashed lock (`make lock`): pip
+# refuses any file whose sha256 differs and any package the lock does not pin. Its own layer,
+# before the source, so code edits do not re-download it. torch==2.14.1, torchvision==0.29.1
+# are pinned in pyproject.toml and the lock (tests/deploy checks both).
+COPY docker/requirements.lock /tmp/requirements.lock
+RUN pip install --require-hashes --no-deps -r /tmp/requirements.lock && rm /tmp/requirements.lock
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY fedcore ./fedcore
 COPY components ./components
 COPY pipelines ./pipelines
 # A regular (wheel) install: the runtime stage gets site-packages, not this source tree.
-# [gpu] adds nvidia-ml-py, so runs on GPU nodes record GPU use among MLflow's system metrics.
-RUN pip install ".[gpu]"
+# --no-deps: the dependencies (with [gpu]'s nvidia-ml-py, for GPU use among MLflow's system
+# metrics) are all in from the lock; --no-build-isolation builds with the lock's setuptools,
+# not an unpinned download. `pip check` fails the build if the lock misses a requirement.
+RUN pip install --no-deps --no-build-isolation . && pip check
 
 # ---- runtime: python, the venv, a non-root user; no compilers, no source ------------
 FROM ${CUDA_BASE} AS runtime

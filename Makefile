@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install lint pytest clean
+.PHONY: run test install lint pytest clean lock
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ pytest: $(STAMP)
 	$(PY) -m pytest
 
 test: lint pytest
+
+# The image's hashed lock (docker/requirements.lock) after a change to pyproject.toml's dependencies.
+# Needs uv (UV=/path/to/uv or on PATH) and PyPI; tests/deploy/test_lock.py says when it is due.
+lock:
+	$(PYTHON) scripts/lock.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis runs

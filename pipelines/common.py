@@ -20,7 +20,7 @@ from components import (
     relabel_stage,
     run_stage,
 )
-from fedcore.deploy.env import CLIENT_POD_LABEL, DATASET_CACHE_MOUNT
+from fedcore.deploy.env import CLIENT_POD_LABEL, DATASET_CACHE_MOUNT, MLFLOW_CLIENT_KEYS
 from fedcore.pipeline.plan import StageShape
 from fedcore.pipeline.resources import CONFIG_MAP_KEYS, SECRET_KEYS, PipelineResources
 
@@ -44,6 +44,8 @@ def light(task: dsl.PipelineTask, res: PipelineResources, name: str, cache: bool
     # tasks that read mutable state (MLflow runs, the newest snapshot) opt out.
     task.set_caching_options(cache)
     kubernetes.use_secret_as_env(task, res.secret, {k: k for k in SECRET_KEYS})
+    if res.tracking_secret:  # MLflow's non-admin pod user (basic-auth)
+        kubernetes.use_secret_as_env(task, res.tracking_secret, {k: k for k in MLFLOW_CLIENT_KEYS})
     kubernetes.use_config_map_as_env(task, res.config_map, {k: k for k in CONFIG_MAP_KEYS})
     kubernetes.add_pod_label(task, *CLIENT_POD_LABEL)  # the NetworkPolicies admit only labelled pods
     if res.cache_pvc:

@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures.common",
     "tests.fixtures.s3",
     "tests.fixtures.mlflow_server",
+    "tests.fixtures.auth_server",
 ]
 
 

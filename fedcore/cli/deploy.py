@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.deploy import env, k8s
+from fedcore.deploy import env, k8s, stack
 from fedcore.errors import UserError
 
 app = typer.Typer(help="Render, check and smoke-test the Kubernetes deployment (k8s/).", no_args_is_help=True)
@@ -61,17 +61,30 @@ def check_cmd(
     ] = None,
     k8s_dir: K8sDirOpt = None,
 ) -> None:
-    """Render overlays, validate every object strictly and apply the security policy."""
+    """Render overlays, validate every object strictly and apply the security policy; then the same
+    for a TrainJob and a Katib Experiment as fedcore renders them. Exit 1 on any problem."""
     versions = k8s_version or list(k8s.K8S_VERSIONS)
     failed = False
     for item in overlay or list(Overlay):
-        problems = k8s.check(item.value, versions, k8s_dir)
+        problems = stack.check(item.value, versions, k8s_dir)
         typer.echo(f"{item.value}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
         for problem in problems:
             typer.echo(f"  {problem}")
         failed = failed or bool(problems)
-    if failed:
+    problems = workload_problems()
+    typer.echo(f"workloads (TrainJob, Katib Experiment): {'ok' if not problems else f'{len(problems)} problem(s)'}")
+    for problem in problems:
+        typer.echo(f"  {problem}")
+    if failed or problems:
         raise typer.Exit(1)
+
+
+def workload_problems(objects: list[dict] | None = None) -> list[str]:
+    """Problems of what fedcore creates at run time (fedcore.deploy.stack.workloads)."""
+    from fedcore.deploy.stack import trainjob_problems, workloads
+
+    trainjob, *katib = objects or workloads(str(k8s.k8s_root().parent / "configs" / "quickstart.yaml"))
+    return trainjob_problems(trainjob) + katib_problems(katib)
 
 
 @app.command("smoke")
@@ -85,6 +98,35 @@ def smoke_cmd(
     if problems:
         raise typer.Exit(1)
     typer.echo("smoke: MLflow, S3 bucket and cache are usable" + (", GPU visible" if require_gpu else ""))
+
+
+@app.command("mlflow-auth")
+def mlflow_auth_cmd(
+    experiment: Annotated[list[str] | None, typer.Option("--experiment", help="experiment the pod user gets EDIT "
+                                                         "on (repeatable; default: fedcore)")] = None,
+    model: Annotated[list[str] | None, typer.Option("--model", help="registered model the pod user gets MANAGE "
+                                                    "on (repeatable)")] = None,
+) -> None:
+    """Create or update MLflow's non-admin pod user (what the mlflow-auth-setup Job runs).
+
+    Reads MLFLOW_TRACKING_URI, the admin from FEDCORE_MLFLOW_ADMIN_USERNAME / _PASSWORD and the
+    pod user from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD."""
+    import os
+
+    from fedcore.deploy.mlflow_auth import setup
+
+    need = ("MLFLOW_TRACKING_URI", "FEDCORE_MLFLOW_ADMIN_USERNAME", "FEDCORE_MLFLOW_ADMIN_PASSWORD",
+            "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+    missing = [k for k in need if not os.environ.get(k)]
+    if missing:
+        raise UserError(f"{', '.join(missing)} not set: the Job takes them from fedcore-env, fedcore-mlflow-admin "
+                        "and fedcore-mlflow-client")
+    done = setup(os.environ["MLFLOW_TRACKING_URI"],
+                 (os.environ["FEDCORE_MLFLOW_ADMIN_USERNAME"], os.environ["FEDCORE_MLFLOW_ADMIN_PASSWORD"]),
+                 (os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"]),
+                 experiment or ["fedcore"], model or [])
+    for line in done:
+        typer.echo(line)
 
 
 @app.command("katib")
@@ -145,9 +187,10 @@ def katib_cmd(
 
 def katib_problems(objects: list[dict]) -> list[str]:
     """Schema and policy problems of [ConfigMap, Experiment] and of the trial Job inside."""
+    from fedcore.deploy.stack import client_credential_problems
     from fedcore.tuning.katib import validate_experiment
 
     job = objects[1]["spec"]["trialTemplate"]["trialSpec"]
     named = {**job, "metadata": {"name": "trial"}}
     return (validate_experiment(objects[1]) + k8s.validate([objects[0], named])
-            + k8s.policy_violations([objects[0], named]))
+            + k8s.policy_violations([objects[0], named]) + client_credential_problems([named]))

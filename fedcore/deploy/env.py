@@ -14,6 +14,9 @@ import os
 # name -> one-line description. Only the variables fedcore itself reads.
 ENV_VARS: dict[str, str] = {
     "MLFLOW_TRACKING_URI": "MLflow tracking server, e.g. http://mlflow.fedcore.svc.cluster.local:5000",
+    "MLFLOW_TRACKING_USERNAME": "user of an MLflow server with authentication (from the fedcore-mlflow-client "
+    "Secret on Kubernetes)",
+    "MLFLOW_TRACKING_PASSWORD": "its password (from the fedcore-mlflow-client Secret on Kubernetes)",
     "MLFLOW_S3_ENDPOINT_URL": "S3-compatible endpoint for s3:// URIs (unset means AWS S3)",
     "AWS_ACCESS_KEY_ID": "S3 access key (from the fedcore-s3 Secret on Kubernetes)",
     "AWS_SECRET_ACCESS_KEY": "S3 secret key (from the fedcore-s3 Secret on Kubernetes)",
@@ -49,6 +52,11 @@ MLFLOW_IMAGE = "ghcr.io/mlflow/mlflow:v3.17.2-full"
 K8S_NAMESPACE = "fedcore"
 S3_SECRET = "fedcore-s3"  # keys: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
 DB_SECRET = "fedcore-mlflow-db"  # type kubernetes.io/basic-auth, keys: username, password
+# MLflow's basic-auth app: its admin (type basic-auth, keys username, password, flask_secret_key),
+# read by the MLflow pod and the setup Job only, and the non-admin user of every other fedcore pod.
+MLFLOW_ADMIN_SECRET = "fedcore-mlflow-admin"
+MLFLOW_CLIENT_SECRET = "fedcore-mlflow-client"
+MLFLOW_CLIENT_KEYS: tuple[str, ...] = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 RUNTIME_CONFIGMAP = "fedcore-env"  # the non-secret ENV_VARS for in-cluster clients
 PIPELINE_SERVICE_ACCOUNT = "fedcore-pipeline-runner"
 DATASET_CACHE_PVC = "fedcore-dataset-cache"

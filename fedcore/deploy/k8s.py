@@ -209,7 +209,8 @@ def policy_violations(objects: Iterable[Mapping], namespace: str = K8S_NAMESPACE
 
 
 def check(overlay: str, versions: Iterable[str] = K8S_VERSIONS, root: Path | None = None) -> list[str]:
-    """Render one overlay, then validate and police it; returns every problem found."""
+    """Render one overlay, then validate and police it; returns every problem found
+    (`fedcore.deploy.stack.check` adds MLflow's auth app and the pods' MLflow user)."""
     objects = load_objects(render(overlay, root))
     return validate(objects, versions) + policy_violations(objects)
 
@@ -221,7 +222,7 @@ def smoke(require_gpu: bool = False, env: Mapping[str, str] | None = None, timeo
     problems = [f"{name} is not set" for name in REQUIRED_FOR_STACK if not env.get(name)]
     if problems:
         return problems
-    problems += _check_mlflow(env["MLFLOW_TRACKING_URI"], timeout)
+    problems += _check_mlflow(env["MLFLOW_TRACKING_URI"], timeout, env)
     problems += _check_bucket(env, timeout)
     cache = Path(env.get("FEDCORE_CACHE") or ".fedcore-cache")
     try:
@@ -239,16 +240,29 @@ def smoke(require_gpu: bool = False, env: Mapping[str, str] | None = None, timeo
     return problems
 
 
-def _check_mlflow(uri: str, timeout: float) -> list[str]:
+def _check_mlflow(uri: str, timeout: float, env: Mapping[str, str] | None = None) -> list[str]:
     import urllib.request
 
     if not uri.startswith(("http://", "https://")):  # urllib would raise ValueError or misreport "unreachable"
         return [f"MLFLOW_TRACKING_URI {uri!r} is not an http(s):// URL; fix it in the fedcore-env ConfigMap"]
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
-            return [] if resp.status == 200 else [f"MLflow {uri}/health answered {resp.status}"]
+            if resp.status != 200:
+                return [f"MLflow {uri}/health answered {resp.status}"]
     except OSError as err:
         return [f"MLflow at {uri} is unreachable: {err}"]
+    # /health needs no login: ask an API call whether the pod user's credentials pass too.
+    user, password = (env or {}).get("MLFLOW_TRACKING_USERNAME"), (env or {}).get("MLFLOW_TRACKING_PASSWORD")
+    if not user:
+        return []
+    from fedcore.deploy.mlflow_auth import AuthApi
+
+    status, _ = AuthApi(uri, user, password or "", timeout).call("GET", "/api/2.0/mlflow/experiments/search",
+                                                                 {"max_results": 1})
+    if status in (401, 403):
+        return [f"MLflow at {uri} refused MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (HTTP {status}); "
+                "check the fedcore-mlflow-client Secret and re-run the mlflow-auth-setup Job"]
+    return []
 
 
 def _check_bucket(env: Mapping[str, str], timeout: float) -> list[str]:

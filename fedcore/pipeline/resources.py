@@ -59,6 +59,8 @@ class PipelineResources(BaseModel):
                                  "stage stages its inputs and rank 0 writes its run dir")
     trainjob_timeout_s: float = Field(7 * 24 * 3600.0, gt=0, description="how long a stage waits for its TrainJob")
     secret: str = env.S3_SECRET
+    tracking_secret: str | None = Field(env.MLFLOW_CLIENT_SECRET, description="Secret with MLFLOW_TRACKING_USERNAME "
+                                        "/ _PASSWORD of MLflow's pod user; None for an MLflow without auth")
     config_map: str = env.RUNTIME_CONFIGMAP
     cache_pvc: str | None = env.DATASET_CACHE_PVC
     service_account: str = env.PIPELINE_SERVICE_ACCOUNT
@@ -119,6 +121,13 @@ def check_accelerators(res: PipelineResources, device: str) -> None:
         raise ConfigError(f"--gpus {res.accelerators} with train.device=cpu: the stage would hold "
                           f"{res.accelerators} GPUs and train on none; set train.device=auto or cuda "
                           "(one rank per GPU), or --gpus 0")
+
+
+def secret_env(res: PipelineResources) -> list[dict[str, object]]:
+    """Container env entries of the S3 keys and, where MLflow has auth, its pod user: all secretKeyRefs."""
+    refs = [(res.secret, k) for k in SECRET_KEYS]
+    refs += [(res.tracking_secret, k) for k in env.MLFLOW_CLIENT_KEYS] if res.tracking_secret else []
+    return [{"name": k, "valueFrom": {"secretKeyRef": {"name": name, "key": k}}} for name, k in refs]
 
 
 # The S3 credentials come from the Secret; everything else a task reads from the ConfigMap.

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.deploy.env import CLIENT_POD_LABEL, TRAINJOB_POD_LABEL
-from fedcore.pipeline.resources import CONFIG_MAP_KEYS, SECRET_KEYS, PipelineResources
+from fedcore.pipeline.resources import CONFIG_MAP_KEYS, PipelineResources, secret_env
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 RUNTIME = "torch-distributed"  # ClusterTrainingRuntime installed with Kubeflow Trainer
@@ -63,10 +63,12 @@ def build_trainjob(name: str, module: str, args: Sequence[str], res: PipelineRes
     another), the service account, and the GPU node selector and tolerations.
     """
     gpus = res.accelerators
-    resources: dict[str, Any] = {"requests": {"cpu": res.stage_cpu_request, "memory": res.stage_memory_request}}
+    # Limits as on the stage's own pod: a node that runs away cannot starve the others on its host.
+    resources: dict[str, Any] = {"requests": {"cpu": res.stage_cpu_request, "memory": res.stage_memory_request},
+                                 "limits": {"cpu": res.stage_cpu_limit, "memory": res.stage_memory_limit}}
     if gpus:
-        resources["limits"] = {res.accelerator_type: gpus}
-    env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": res.secret, "key": k}}} for k in SECRET_KEYS]
+        resources["limits"][res.accelerator_type] = gpus
+    env = secret_env(res)
     env += [{"name": k, "valueFrom": {"configMapKeyRef": {"name": res.config_map, "key": k, "optional": True}}}
             for k in CONFIG_MAP_KEYS if k != "FEDCORE_CACHE"]
     env.append({"name": "FEDCORE_CACHE", "value": NODE_CACHE})

@@ -79,7 +79,7 @@ class Journal:
             return
         text = "".join(json.dumps(op, sort_keys=True, default=str) + "\n" for op in ops)
         atomic_write_bytes(self.dir / PENDING, text.encode())
-        keep = {op.get("path") for op in ops}
+        keep = {op.get(key) for op in ops for key in ("path", "example")}  # a served model has two files
         files = self.dir / FILES
         for f in sorted(files.rglob("*"), reverse=True) if files.is_dir() else []:
             if f.is_file() and self.rel(f) not in keep:

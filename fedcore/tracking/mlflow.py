@@ -27,7 +27,7 @@ from fedcore.tracking.base import (
     check_str_map,
 )
 from fedcore.tracking.mlflow_records import RecordsMixin
-from fedcore.tracking.transport import FIX_HINT, Transport, temp_env
+from fedcore.tracking.transport import FIX_HINT, Transport, auth_message, auth_status, temp_env
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -90,6 +90,9 @@ def _quiet_store_setup() -> Iterator[None]:
 
 def _connect_message(uri: str, exc: BaseException) -> str:
     text = str(exc)
+    refused = auth_status(exc)
+    if refused:
+        return auth_message(uri, "the connection", refused)
     if uri.startswith(("http://", "https://")) and _UNREACHABLE.search(text):
         errno = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
         why = f" ({errno.group(1).strip()})" if errno else ""
@@ -206,6 +209,8 @@ class MlflowTracker(RecordsMixin, RunStack):
         try:
             run = self.client.get_run(run_id)
         except MlflowException as exc:
+            if auth_status(exc):
+                raise TrackingError(auth_message(self.uri, f"resuming run {run_id}", auth_status(exc))) from None
             raise TrackingError(
                 f"cannot resume MLflow run {run_id} on {self.uri} ({_one_line(exc, 120)}); "
                 "check tracking.run_id and tracking.uri"
@@ -222,11 +227,12 @@ class MlflowTracker(RecordsMixin, RunStack):
     def start_parent(self, run_name: str, tags: dict[str, str]) -> str:
         return self.start(run_name, {**tags, "fedcore.role": "parent"})
 
-    def end(self, status: str = "FINISHED") -> None:
+    def end(self, status: str = "FINISHED", end_ms: int | None = None) -> None:
+        """End the open run; `end_ms` (epoch ms) when it ended earlier than now (a synced journal)."""
         check_status(status)
         rid = self._active()
         self.stop_system_metrics()
-        self._call("set_terminated", self.client.set_terminated, rid, status=status)
+        self._call("set_terminated", self.client.set_terminated, rid, status=status, end_time=end_ms)
         self._stack.pop()
 
     # -- logging ------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 - params, tags and metrics go to MLflow as they come. When an endpoint is down (it used up
   its bounded retries, see `fedcore.tracking.transport`), the call is journaled instead, the
   run says so once on stderr, naming the endpoint, and training goes on;
+- the served model, when its upload fails, waits exported in the journal too, and the end
+  of a run MLflow missed is journaled with its time;
 - a resumed run continues the MLflow run recorded in the journal (not a second run), skips
   metric steps that run already holds, and first replays what the previous process left;
 - `sync(run_dir)` (`fedcore tracking sync RUN_DIR`) replays the journal into the same run
@@ -27,6 +29,8 @@ from typing import Any
 
 from fedcore.errors import TrackingError
 from fedcore.tracking.journal import OPEN, RUNNING, Journal
+from fedcore.tracking.served_journal import OP as SERVED_OP
+from fedcore.tracking.served_journal import keep_served, replay_served
 from fedcore.tracking.transport import TrackingUnavailable
 
 log = logging.getLogger("fedcore.tracking")
@@ -125,7 +129,8 @@ class ResilientTracker:
             self.inner.end(status)
         except TrackingUnavailable as err:
             self._degrade(err)
-            self.journal.append({"op": "end", "status": status})
+            # With its time: sync ends the MLflow run when it ended here, not when it was synced.
+            self.journal.append({"op": "end", "status": status, "ts": int(time.time() * 1000)})
             self.inner.abandon()
         self._set_status(status)
 
@@ -188,9 +193,19 @@ class ResilientTracker:
     # -- best effort: calls that carry live objects cannot wait in the journal -----------------
 
     def log_model(self, model: Any, example: Any, name: str = "model", step: int = 0) -> str | None:
-        # The served model is rebuilt from model.pt by nothing later, so an outage skips it
-        # (the state_dict upload, journaled, still reaches the run).
-        return self._best_effort(f"served model '{name}'", lambda: self.inner.log_model(model, example, name, step))
+        # A live module cannot wait in the journal as it is: when the upload fails, its export
+        # does (fedcore.tracking.served_journal), and sync logs it to the run.
+        if self.journal is None:
+            return self.inner.log_model(model, example, name, step)
+        if not self._warned:
+            try:
+                return self.inner.log_model(model, example, name, step)
+            except TrackingUnavailable as err:
+                self._degrade(err)
+        self.journal.append(keep_served(self.journal, model, example, name, step))
+        log.warning("tracking: the run's served model '%s' waits in %s for `fedcore tracking sync`", name,
+                    self.journal.dir)
+        return None
 
     def log_dataset(self, dataset: Any) -> None:
         self._best_effort("dataset input", lambda: self.inner.log_dataset(dataset))
@@ -266,6 +281,9 @@ class ResilientTracker:
             path = self.journal.resolve(op["path"])
             inner.log_state_dict(safe_torch_load(path.read_bytes(), f"journaled state dict '{path}'"),
                                  op["artifact_path"])
+        elif kind == SERVED_OP:
+            assert self.journal is not None
+            replay_served(inner, self.journal, op)
         elif kind == "end":
             inner.end(op["status"])
 

@@ -56,31 +56,34 @@ def sync(run_dir: str | Path, retry_seconds: float | None = None) -> SyncResult:
 
         inner = MlflowTracker(state["uri"], state.get("experiment") or "fedcore", state.get("artifact_location"),
                               retry_seconds=retry_seconds)
+        # RUNNING while the journal is replayed. First, before the journal changes: refused
+        # credentials or a server still down end the sync here with the journal as it was.
+        inner.start("", {}, run_id=state["run_id"])
         ops = journal.pending()
-        ends = [op["status"] for op in ops if op["op"] == "end"]
+        ends = [op for op in ops if op["op"] == "end"]
         journal.replace_pending([op for op in ops if op["op"] != "end"])
-        status = final_status(journal, state, ends[-1] if ends else None)
+        status = final_status(journal, state, ends[-1]["status"] if ends else None)
+        end_ms = ends[-1].get("ts") if ends else None
         tracker = ResilientTracker(inner, journal)
         tracker.state = state
-        inner.start("", {}, run_id=state["run_id"])  # RUNNING while the journal is replayed
         waiting = tracker.flush()
         if waiting:
             # Still down: the run keeps what it had, the journal keeps the rest (and the end).
             if status in TERMINAL:
-                journal.append({"op": "end", "status": status})
-            _close(inner, status)
+                journal.append({"op": "end", "status": status, **({"ts": end_ms} if end_ms else {})})
+            _close(inner, status, end_ms)
             down = "; ".join(str(e) for e in inner.transport.down.values()) or "see the warnings above"
             raise TrackingError(f"{waiting} journaled tracking calls of '{run_dir}' could not be delivered ({down}); "
                                 "run `fedcore tracking sync` again once the server is back")
         inner.set_tags({STATUS_TAG: "synced"})
-        _close(inner, status)
+        _close(inner, status, end_ms)
         tracker.state["status"] = status
         journal.write_state(tracker.state)
         return SyncResult(state["run_id"], state["uri"], len(ops) - len(ends), 0, status if status != OPEN else RUNNING)
 
 
-def _close(inner, status: str) -> None:
+def _close(inner, status: str, end_ms: int | None = None) -> None:
     if status in TERMINAL:
-        inner.end(status)
+        inner.end(status, end_ms=end_ms)  # the time the run ended, not the time of the sync
     else:
         inner.abandon()  # a pipeline stage's open run: it stays RUNNING for the next stage

@@ -7,7 +7,11 @@ tracking server and the artifact store (S3, directly or behind the server) each 
 `retry_seconds` (tracking.retry_seconds, else FEDCORE_TRACKING_RETRY_SECONDS, else 60).
 An endpoint that has spent its budget is *down*: later calls to it fail at once with
 `TrackingUnavailable`, which `fedcore.tracking.resilient` turns into degraded tracking with a
-local journal. Any other failure (a bad request, an unknown run, refused credentials) is a
+local journal. Refused credentials (HTTP 401/403 from an `mlflow server --app-name basic-auth`)
+are `TrackingAuthError`, at once and with no retries: one line naming MLFLOW_TRACKING_USERNAME /
+MLFLOW_TRACKING_PASSWORD. It is a kind of `TrackingUnavailable`, so a run whose credentials stop
+working mid-way journals what MLflow refused instead of losing it, and `fedcore tracking sync`
+keeps its journal when it is refused. Any other failure (a bad request, an unknown run) is a
 plain `TrackingError`, at once.
 
 MLflow's own HTTP retries (7, with exponential backoff: minutes per call) are off inside a
@@ -42,6 +46,9 @@ _BOTO_TRANSIENT = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeou
                    "ProxyConnectionError", "HTTPClientError")
 _BOTO_TRANSIENT_CODES = ("500", "502", "503", "504", "SlowDown", "ServiceUnavailable", "RequestTimeout",
                          "InternalError", "Throttling")
+AUTH_VARS = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+_AUTH_CODES = {"UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403}
+_AUTH_TEXT = re.compile(r"error code (401|403)\b", re.I)
 _FORCED_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
 _DEFAULT_ENV = {"AWS_MAX_ATTEMPTS": "1"}
 
@@ -52,6 +59,29 @@ class TrackingUnavailable(TrackingError):
     def __init__(self, message: str, endpoint: Endpoint) -> None:
         super().__init__(message)
         self.endpoint = endpoint
+
+
+class TrackingAuthError(TrackingUnavailable):
+    """The MLflow server refused this client's credentials (401) or their user's rights (403)."""
+
+
+def auth_status(exc: BaseException) -> int | None:
+    """401 or 403 when `exc` is an MLflow server refusing the client's credentials, else None."""
+    code = _AUTH_CODES.get(str(getattr(exc, "error_code", "")))
+    if code:
+        return code
+    found = _AUTH_TEXT.search(str(exc))
+    return int(found.group(1)) if found else None
+
+
+def auth_message(uri: str, what: str, status: int) -> str:
+    """The one line a refused credential gets: which variables to set, and to what."""
+    if status == 401:
+        return (f"MLflow at {uri} refused {what}: not authenticated (HTTP 401); set {AUTH_VARS} to a user of its "
+                "basic-auth app (in the cluster they come from the fedcore-mlflow-client Secret)")
+    return (f"MLflow at {uri} refused {what}: permission denied (HTTP 403); the user in MLFLOW_TRACKING_USERNAME "
+            "needs EDIT on the experiment (MANAGE on a registered model); grant it as the admin, or set "
+            f"{AUTH_VARS} to a user who has it")
 
 
 @dataclass(frozen=True)
@@ -149,6 +179,12 @@ class Transport:
                 with _call_env(self.budget[key] - spent if self._patient else 5.0):
                     return fn(*args, **kwargs)
             except Exception as exc:  # classified below; bugs (TypeError, ...) re-raise unchanged
+                refused = auth_status(exc)
+                if refused:  # retrying the same credentials cannot help
+                    err = TrackingAuthError(auth_message(self.uri, what, refused), Endpoint(MLFLOW, "MLflow", self.uri))
+                    if refused == 401:  # every later call would be refused too
+                        self.down[MLFLOW] = err
+                    raise err from None
                 endpoint = self._transient(exc, artifact)
                 if endpoint is None:
                     raise self._permanent(what, exc) from None

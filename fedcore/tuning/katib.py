@@ -21,7 +21,7 @@ from typing import Any
 
 from fedcore.config import ExperimentConfig
 from fedcore.deploy.env import CLIENT_POD_LABEL, DATASET_CACHE_MOUNT
-from fedcore.pipeline.resources import CONFIG_MAP_KEYS, SECRET_KEYS, PipelineResources
+from fedcore.pipeline.resources import CONFIG_MAP_KEYS, PipelineResources, secret_env
 from fedcore.tuning.space import Dim
 
 API_VERSION = "kubeflow.org/v1beta1"
@@ -54,7 +54,7 @@ def trial_job(cfg: ExperimentConfig, dims: list[Dim], res: PipelineResources, co
     for d in dims:
         args += ["--set", f"{d.path}=${{trialParameters.{katib_name(d.path).replace('-', '_')}}}"]
     args += ["--data", data] if data else []
-    env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": res.secret, "key": k}}} for k in SECRET_KEYS]
+    env = secret_env(res)
     env += [{"name": k, "valueFrom": {"configMapKeyRef": {"name": res.config_map, "key": k, "optional": True}}}
             for k in CONFIG_MAP_KEYS]
     gpus = res.accelerators if cfg.train.device != "cpu" else 0

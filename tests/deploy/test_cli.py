@@ -67,7 +67,7 @@ def test_missing_k8s_dir_is_a_user_error(tmp_path, capsys):
 def test_check_passes_on_the_repo_overlays():
     result = runner.invoke(cli.app, ["deploy", "check", "--overlay", "local", "--k8s-version", "1.33.0"])
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == "local: ok"
+    assert result.stdout.strip() == "local: ok\nworkloads (TrainJob, Katib Experiment): ok"
 
 
 def test_check_fails_and_lists_problems(monkeypatch):
@@ -117,7 +117,7 @@ def test_failed_smoke_exits_1_through_main(monkeypatch, capsys):
 
 def test_passing_check_returns_normally_through_main(capsys):
     cli.main(["deploy", "check", "--overlay", "local", "--k8s-version", "1.33.0"])
-    assert capsys.readouterr().out.strip() == "local: ok"
+    assert capsys.readouterr().out.strip() == "local: ok\nworkloads (TrainJob, Katib Experiment): ok"
 
 
 def test_unknown_k8s_version_is_one_line_user_error(capsys):

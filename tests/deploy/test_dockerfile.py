@@ -32,7 +32,8 @@ def test_multi_stage_on_a_pinned_cuda_13_base():
     assert len(built) >= 2 and built[0].name
     for stage in built:
         assert deploy._image_problem(stage.image) is None, stage.image
-        assert re.fullmatch(r"nvidia/cuda:13\.\d+\.\d+-[a-z]+-ubuntu\d\d\.\d\d", stage.image), stage.image
+        assert re.fullmatch(r"nvidia/cuda:13\.\d+\.\d+-[a-z]+-ubuntu\d\d\.\d\d(@sha256:[0-9a-f]{64})?", stage.image), \
+            stage.image
     final = built[-1]
     assert any(f"--from={built[0].name}" in c for c in final.all("COPY"))
 
@@ -72,11 +73,12 @@ def test_final_stage_installs_no_build_tools_and_nothing_editable():
 
 
 def test_torch_pins_match_pyproject():
+    # The image installs torch from the hashed lock (tests/deploy/test_lock.py checks the rest).
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     pins = {d.split("==")[0]: d.split("==")[1] for d in deps if d.split("==")[0] in ("torch", "torchvision")}
-    runs = " ".join(stages(DOCKERFILE)[0].all("RUN"))
+    lock = (REPO / "docker" / "requirements.lock").read_text()
     for name, version in pins.items():
-        assert f"{name}=={version}" in runs, name
+        assert re.search(rf"^{name}=={re.escape(version)} \\$", lock, re.M), name
     assert len(pins) == 2
 
 
@@ -94,6 +96,8 @@ def test_torch_pins_match_pyproject():
         ("fedcore/cli.py", False),
         ("components/run_stage.py", False),
         ("pipelines/sweep.py", False),
+        ("docker/requirements.lock", False),
+        ("docker/laptop.env", True),
     ],
 )
 def test_dockerignore_keeps_only_what_the_image_installs(path, excluded):

@@ -50,7 +50,8 @@ def test_secret_commands_match_the_templates():
         kind = re.search(r"--type=(\S+)", rest)
         keys = set(re.findall(r"--from-literal=(\w+)=", rest))
         shown.setdefault(name, set()).add((kind[1] if kind else "Opaque", frozenset(keys)))
-    assert set(shown) == set(templates) == {env.S3_SECRET, env.DB_SECRET}
+    assert set(shown) == set(templates) == {env.S3_SECRET, env.DB_SECRET, env.MLFLOW_ADMIN_SECRET,
+                                            env.MLFLOW_CLIENT_SECRET}
     for name, variants in shown.items():
         assert variants == {(templates[name][0], frozenset(templates[name][1]))}, name
 

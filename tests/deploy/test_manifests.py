@@ -33,7 +33,8 @@ def test_strict_validation_rejects_an_unknown_field(rendered):
 
 
 def test_secret_templates_validate_and_hold_only_placeholders(secret_templates):
-    assert {s["metadata"]["name"] for s in secret_templates} == {env.S3_SECRET, env.DB_SECRET}
+    assert {s["metadata"]["name"] for s in secret_templates} == {env.S3_SECRET, env.DB_SECRET, env.MLFLOW_ADMIN_SECRET,
+                                                                 env.MLFLOW_CLIENT_SECRET}
     assert deploy.validate(secret_templates) == []
     assert deploy.policy_violations(secret_templates) == []
 
@@ -98,14 +99,14 @@ def test_names_and_urls_match_fedcore_env(rendered, overlay):
 
 
 def test_client_pod_env_is_exactly_the_fedcore_contract(rendered):
-    # The smoke Job is wired the way pipeline tasks must be: ConfigMap + S3 Secret.
+    # The smoke Job is wired the way pipeline tasks must be: ConfigMap + S3 Secret + MLflow pod user.
     job = find(rendered["local"], "Job", "fedcore-smoke")
     (smoke,) = containers(job)
     cm = find(rendered["local"], "ConfigMap", env.RUNTIME_CONFIGMAP)
     names = set(cm["data"]) | {e["name"] for e in smoke["env"]}
     assert set(env.REQUIRED_FOR_STACK) <= names <= set(env.ENV_VARS)
     assert [s["configMapRef"]["name"] for s in smoke["envFrom"]] == [env.RUNTIME_CONFIGMAP]
-    assert {e["valueFrom"]["secretKeyRef"]["name"] for e in smoke["env"]} == {env.S3_SECRET}
+    assert {e["valueFrom"]["secretKeyRef"]["name"] for e in smoke["env"]} == {env.S3_SECRET, env.MLFLOW_CLIENT_SECRET}
     spec = job["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == env.PIPELINE_SERVICE_ACCOUNT
     mounts = {m["name"]: m["mountPath"] for m in smoke["volumeMounts"]}

@@ -25,7 +25,7 @@ def test_gpu_trainjob_is_valid_and_runs_torchrun_on_every_gpu():
     trainer = tj["spec"]["trainer"]
     assert trainer["command"] == ["torchrun", "-m", "fedcore"] and trainer["args"] == ["run", *ARGS]
     assert (trainer["numNodes"], trainer["numProcPerNode"], trainer["image"]) == (2, 4, "reg/fedcore:1")
-    assert trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": 4}
+    assert trainer["resourcesPerNode"]["limits"] == {"cpu": "8", "memory": "24Gi", "nvidia.com/gpu": 4}
     assert tj["spec"]["runtimeRef"]["name"] == "torch-distributed"
     pod = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
     pod = pod["template"]["spec"]["template"]
@@ -34,6 +34,9 @@ def test_gpu_trainjob_is_valid_and_runs_torchrun_on_every_gpu():
     assert pod["spec"]["nodeSelector"] and pod["spec"]["serviceAccountName"] == "fedcore-pipeline-runner"
     names = {e["name"] for e in trainer["env"]}
     assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_URI"} <= names
+    creds = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in trainer["env"]
+             if e["name"] in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    assert creds == dict.fromkeys(("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"), "fedcore-mlflow-client")
     # No dataset-cache PVC on the nodes (ReadWriteOnce): the cache is each pod's scratch space.
     assert [e for e in trainer["env"] if e["name"] == "FEDCORE_CACHE"] == [{"name": "FEDCORE_CACHE",
                                                                            "value": "/tmp/fedcore-cache"}]
@@ -55,7 +58,8 @@ def test_a_stage_trainjob_runs_the_ranks_on_its_spec_and_names_its_owner():
 def test_cpu_trainjob_is_valid_without_gpu_placement():
     tj = trainjob_manifest("fedavg-q", ARGS, PipelineResources(accelerators=0), nodes=3)
     assert validate_trainjob(tj) == []
-    assert "limits" not in tj["spec"]["trainer"]["resourcesPerNode"] and tj["spec"]["trainer"]["numProcPerNode"] == 1
+    trainer = tj["spec"]["trainer"]
+    assert trainer["resourcesPerNode"]["limits"] == {"cpu": "8", "memory": "24Gi"} and trainer["numProcPerNode"] == 1
 
 
 def _broken(edit):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 from mlflow import MlflowClient
@@ -19,6 +20,7 @@ from fedcore.registries import load_config
 from fedcore.run import run_experiment
 from fedcore.tracking import make_tracker
 from fedcore.tracking.callback import TrackingCallback
+from fedcore.tracking.journal import Journal
 from fedcore.tracking.sync import sync
 from tests.fixtures.outage import Servers
 
@@ -95,10 +97,11 @@ def test_s3_dies_mid_run(env, tmp_path, artifact, caplog):
     run = client.get_run(rid)
     assert (res.run_id, res.status, res.waiting) == (rid, "FINISHED", 0)
     assert run.info.status == "FINISHED" and run.data.tags["fedcore.tracking"] == "synced"
-    # the journaled state_dict arrives; the served model (best effort) is not replayed
+    # the journaled state_dict arrives
     assert {a.path for a in client.list_artifacts(rid)} >= {"config.yaml", "history.csv", "metrics.json",
                                                            "state_dict", "checkpoints"}
     assert [a.path for a in client.list_artifacts(rid, "checkpoints/train")] == ["checkpoints/train/stage-train.pt"]
+    assert client.get_logged_model(run.data.tags["model.id"]).source_run_id == rid  # the served model, replayed
 
 
 def test_mlflow_dies_mid_run(env, tmp_path, artifact, caplog):
@@ -106,12 +109,22 @@ def test_mlflow_dies_mid_run(env, tmp_path, artifact, caplog):
     rid, warned = train_through(env, "mlflow", out, artifact, "mlflow-outage", caplog)
     assert len(warned) == 1 and f"failed on {env.uri} after" in warned[0] and "fedcore tracking sync" in warned[0]
 
+    ended_ms = int(time.time() * 1000)  # the run is over; the server is still down
+    journaled = [op["op"] for op in Journal(out).pending()]
+    assert "end" in journaled and "model" in journaled  # its end and its served model wait
     env.start_mlflow()
     client = MlflowClient(env.uri)
     assert client.get_run(rid).info.status == "RUNNING" and steps(client, rid) == [1, 2]
+    assert "model.id" not in client.get_run(rid).data.tags
     res = sync(out)
     run = client.get_run(rid)
     assert (res.status, run.info.status) == ("FINISHED", "FINISHED")
+    # ended when the run ended, not when it was synced
+    assert run.info.start_time <= run.info.end_time <= ended_ms
+    # the served model the run would have logged: a LoggedModel of this run, tagged on it
+    model = client.get_logged_model(run.data.tags["model.id"])
+    assert model.source_run_id == rid and run.data.tags["model.uri"] == f"models:/{model.model_id}"
+    assert Journal(out).pending() == []
     assert steps(client, rid) == list(range(1, ROUNDS + 1))
     assert len(client.search_runs([client.get_experiment_by_name("mlflow-outage").experiment_id])) == 1
     assert "state_dict" in {a.path for a in client.list_artifacts(rid)}
