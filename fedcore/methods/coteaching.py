@@ -9,12 +9,13 @@ network trains on them. The forget rate ramps linearly to `forget_rate` over `tk
 rounds. The global model reported and evaluated is network `a`.
 
 Departures: the ramp is per federated round rather than per epoch. The default forget
-rate is a constant 0.2, the default of federated Co-teaching baseline code (FedLNL-style
-`--forget_rate 0.2`, and what the independent check in docs/results/baselines.md ran):
-Co-teaching's own code forgets the known noise rate, which a federation does not know and
-which differs per client. `forget_rate: noise_rate` keeps that older behaviour (the
-configured overall noise rate, 0.2 when unknown); it sank Co-teaching on heterogeneous
-noise (parity record in docs/results/baselines.md).
+rate is a constant 0.2, the fixed default that federated Co-teaching baseline code sets
+(e.g. `--forget_rate 0.2` beside `--num_gradual 10`) and the value that ran best in the
+independent check of docs/results/baselines.md. Co-teaching's own code forgets the known
+noise rate, which a federation does not know and which differs per client.
+`forget_rate: noise_rate` keeps the older behaviour (the configured overall noise rate,
+0.2 when unknown), which sank Co-teaching on heterogeneous noise (the parity record in
+docs/results/baselines.md).
 """
 
 from __future__ import annotations
