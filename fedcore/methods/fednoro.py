@@ -14,37 +14,47 @@ so that a pipeline runs identification as its own task.)
 
 `NoiseAwareMethod` holds that second part (LA / LA-KD / DaAgg) once; FedSIR inherits it.
 
-Departures and choices:
-- Loss vectors are z-scored per class before the GMM (FedNoRo's code min-max scales them);
-  a class a client lacks takes the lowest loss of that class, as in FedNoRo's code.
-- One GMM fit with `gmm_n_init` restarts replaces the code's majority vote over 9 seeds.
+Departures and choices (checked against FedNoRo's code, `wnn2000/FedNoRo`; the parity
+record is in docs/results/baselines.md). Followed by default, older choices kept as params:
+- Detection: per-class losses min-max scaled per class, a class a client lacks taking the
+  lowest loss of that class, and the majority vote (most frequent noisy set) over
+  `detect_votes` GMM fits with seeds seed..seed+votes-1 (the code: seeds 0..8 whatever the
+  run's seed). `detect_scaling=zscore, detect_votes=1, gmm_n_init=9` is the older fit.
+  A class with one loss on every client scales to 0 (the code divides 0 by 0 there).
+- LA-KD softens only the teacher by T, as the code does (`kd_soften_student=True`: both).
+- A class the client lacks has log prior -inf, as in the code (`absent_prior=one`: it
+  counts as one sample); the KL term then gives that class log q = 0, as the code does.
+- DaAgg's distance is the sum of per-tensor L2 norms, as in the code (`daagg_distance=
+  flat`: one L2 norm over all parameters).
 - Warm-up and identify rounds count inside `train.rounds` (the train stage gets the rest),
   as in the code's `rounds`/`s1`; the KD ramp counts rounds from the identify round on
   (code: begin = s1).
-- The class prior pi_k comes from the labels the client trains on (counts clamped to 1).
+- The class prior pi_k comes from the labels the client trains on, as in the code.
 - The optimizer is the experiment's `train.*` for every method in a comparison (the
-  paper: Adam, lr 3e-4).
+  code: Adam, lr 3e-4, weight decay 5e-4).
+- FedSIR, which shares the LA / LA-KD / DaAgg part, keeps the older choices by default.
 - Detection needs every client once: it is a probe (no training) at the identify round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
+from fedcore.config import tune_range
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundMetrics, RoundPlan, ServerState, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
 from fedcore.methods.registry import MethodParams, register
 from fedcore.stats.daagg import daagg_weights, nearest_clean_distances
-from fedcore.stats.gmm import clean_posterior
+from fedcore.stats.gmm import clean_posterior, minmax, zscore
 from fedcore.train import losses
 from fedcore.train.local import predict_client
-from fedcore.train.params import flat_distance, load_params_
+from fedcore.train.params import flat_distance, load_params_, per_tensor_distance
 
 
 class NoiseAwareParams(MethodParams):
@@ -55,13 +65,16 @@ class NoiseAwareParams(MethodParams):
     kd_begin: int = Field(0, ge=0, description="train-stage round where the ramp starts")
     kd_end: int = Field(39, ge=0, description="train-stage round where the ramp reaches a")
     kd_T: float = Field(0.8, gt=0.0, description="distillation temperature")
+    kd_soften_student: bool = Field(True, description="divide the student's logits by kd_T too")
+    absent_prior: Literal["one", "neg_inf"] = Field("one", description="log prior of a class the client lacks")
     daagg: bool = Field(True, description="distance-aware aggregation (False: FedAvg weights)")
+    daagg_distance: Literal["flat", "per_tensor"] = Field("flat", description="model distance for DaAgg")
 
 
 def noise_aware_loss(
     logits: torch.Tensor, y: torch.Tensor, log_prior: torch.Tensor, tau: float,
     teacher_logits: torch.Tensor | None = None, w_kd: float = 0.0, T: float = 0.8,
-    kd_mask: torch.Tensor | None = None,
+    kd_mask: torch.Tensor | None = None, soften_student: bool = True,
 ) -> torch.Tensor:
     """Batch loss: LA-CE, or LA-KD when a teacher is given (on kd_mask samples only, if given).
 
@@ -70,15 +83,16 @@ def noise_aware_loss(
     """
     if teacher_logits is None or w_kd <= 0.0:
         return losses.la_ce(logits, y, log_prior, tau)
-    return kd_per_sample(logits, y, log_prior, tau, teacher_logits, w_kd, T, kd_mask).mean()
+    return kd_per_sample(logits, y, log_prior, tau, teacher_logits, w_kd, T, kd_mask, soften_student).mean()
 
 
 def kd_per_sample(
     logits: torch.Tensor, y: torch.Tensor, log_prior: torch.Tensor, tau: float, teacher_logits: torch.Tensor,
-    w_kd: float | torch.Tensor, T: float, kd_mask: torch.Tensor | None = None,
+    w_kd: float | torch.Tensor, T: float, kd_mask: torch.Tensor | None = None, soften_student: bool = True,
 ) -> torch.Tensor:
     """Per-sample LA-KD (LA-CE outside kd_mask): the terms `noise_aware_loss` averages. -> (B,)"""
-    kd = losses.la_kd(logits, teacher_logits, y, log_prior, w_kd, T=T, tau=tau, reduction="none")
+    kd = losses.la_kd(logits, teacher_logits, y, log_prior, w_kd, T=T, tau=tau, reduction="none",
+                      soften_student=soften_student)
     if kd_mask is None:
         return kd
     return torch.where(kd_mask, kd, losses.la_ce(logits, y, log_prior, tau, reduction="none"))
@@ -125,7 +139,8 @@ class NoiseAwareMethod(StagedMethod):
         w_kd = float(task.instructions.get("w_kd", 0.0)) if noisy and self.params.kd else 0.0
         if w_kd > 0:
             load_params_(self.teacher, task.params)
-        return {"log_prior": losses.class_log_prior(labels, self.ctx.num_classes), "w_kd": w_kd,
+        prior = losses.class_log_prior(labels, self.ctx.num_classes, self.params.absent_prior)
+        return {"log_prior": prior, "w_kd": w_kd,
                 "kd_mask": task.state.get("kd_mask") if noisy else None}
 
     def loss(self, model, batch, task, extras) -> torch.Tensor:
@@ -137,7 +152,7 @@ class NoiseAwareMethod(StagedMethod):
                 teacher = self.teacher(batch.x)
             mask = extras["kd_mask"][batch.pos] if extras["kd_mask"] is not None else None
         return noise_aware_loss(logits, batch.y, extras["log_prior"], tau, teacher, extras["w_kd"],
-                                self.params.kd_T, mask)
+                                self.params.kd_T, mask, self.params.kd_soften_student)
 
     # batched twin of `loss`: the teacher is the model the client started from (step.start)
     def batched_static(self, task, extras) -> dict[str, Any]:
@@ -161,7 +176,8 @@ class NoiseAwareMethod(StagedMethod):
         with torch.no_grad():
             teacher = step.flat(step.net(step.start, x))
         mask = step.flat(step.batch["kd_mask"]) if "kd_mask" in step.batch else None
-        return kd_per_sample(logits, y, prior, tau, teacher, step.each(step.consts["w_kd"]), self.params.kd_T, mask)
+        return kd_per_sample(logits, y, prior, tau, teacher, step.each(step.consts["w_kd"]), self.params.kd_T, mask,
+                             self.params.kd_soften_student)
 
     def server_update(self, state, plan, updates):
         if "noisy" in plan.instructions:  # verdicts made during this round (e.g. by a probe)
@@ -173,15 +189,24 @@ class NoiseAwareMethod(StagedMethod):
         if weights is None and self.params.daagg and noisy and state.stage in self.noise_aware_stages:
             ups = [u for u in updates if u.params is not None]
             clean = [u.cid not in noisy for u in ups]
-            d = nearest_clean_distances([u.params for u in ups], clean, flat_distance)
+            distance = per_tensor_distance if self.params.daagg_distance == "per_tensor" else flat_distance
+            d = nearest_clean_distances([u.params for u in ups], clean, distance)
             weights = daagg_weights([u.num_examples for u in ups], d).tolist()
             return super().aggregate(state, ups, weights)
         return super().aggregate(state, updates, weights)
 
 
 class FedNoRoParams(NoiseAwareParams):
+    """FedNoRo's code's choices by default (FedSIR keeps NoiseAwareParams' older ones)."""
+
     warmup_rounds: int = Field(10, ge=0, description="stage-1 rounds (part of train.rounds)")
-    gmm_n_init: int = Field(9, ge=1, description="GMM restarts for client detection")
+    detect_scaling: Literal["minmax", "zscore"] = Field("minmax", description="per-class scaling before the GMM")
+    detect_votes: int = Field(9, ge=1, description="GMM fits (seeds) in the majority vote")
+    gmm_n_init: int = Field(1, ge=1, description="restarts within each GMM fit")
+    kd_a: float = Field(0.8, ge=0.0, le=1.0, description="final KD weight a", json_schema_extra=tune_range(0.2, 1.0))
+    kd_soften_student: bool = Field(False, description="divide the student's logits by kd_T too")
+    absent_prior: Literal["one", "neg_inf"] = Field("neg_inf", description="log prior of a class the client lacks")
+    daagg_distance: Literal["flat", "per_tensor"] = Field("per_tensor", description="model distance for DaAgg")
 
 
 def class_mean_losses(loss: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndarray:
@@ -192,14 +217,21 @@ def class_mean_losses(loss: np.ndarray, labels: np.ndarray, num_classes: int) ->
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def detect_noisy_clients(class_loss: np.ndarray, seed: int, n_init: int = 9) -> np.ndarray:
-    """Clean posterior per client from per-class losses (K, C); gaps take the class's lowest loss."""
+def detect_noisy_clients(
+    class_loss: np.ndarray, seed: int, n_init: int = 1, scaling: str = "minmax", votes: int = 9
+) -> np.ndarray:
+    """Noisy verdict per client (K,) bool from per-class losses (K, C), gaps taking the class's
+    lowest loss: the most frequent noisy set among `votes` GMM fits (seeds seed + i; the
+    first such set on a tie). Noisy = the component with the higher summed mean."""
     x = np.array(class_loss, dtype=float)
     col_min = np.nanmin(np.where(np.isnan(x), np.inf, x), axis=0)
     col_min = np.where(np.isfinite(col_min), col_min, 0.0)
     x = np.where(np.isnan(x), col_min[None, :], x)
-    q, _ = clean_posterior(x, seed=seed, n_init=n_init, order_dim=None, standardize=True)
-    return q
+    if scaling not in ("minmax", "zscore"):
+        raise ValueError(f"scaling must be 'minmax' or 'zscore', got {scaling!r}")
+    x = minmax(x) if scaling == "minmax" else zscore(x)
+    sets = [tuple(clean_posterior(x, seed=seed + i, n_init=n_init, order_dim=None)[0] < 0.5) for i in range(votes)]
+    return np.array(max(sets, key=sets.count), dtype=bool)
 
 
 @register("fednoro", params=FedNoRoParams)
@@ -231,10 +263,11 @@ class FedNoRo(NoiseAwareMethod):
 
     def after_probe(self, state: ServerState, plan: RoundPlan, answers: Sequence[ClientUpdate]) -> RoundPlan:
         cids = [a.cid for a in answers]
-        q = detect_noisy_clients(np.stack([a.uploads["class_loss"] for a in answers]), self.ctx.seed,
-                                 self.params.gmm_n_init)
-        noisy = frozenset(c for c, qc in zip(cids, q, strict=True) if qc < 0.5)
-        verdict = {c: bool(qc < 0.5) for c, qc in zip(cids, q, strict=True)}
+        p = self.params
+        flags = detect_noisy_clients(np.stack([a.uploads["class_loss"] for a in answers]), self.ctx.seed,
+                                     p.gmm_n_init, p.detect_scaling, p.detect_votes)
+        verdict = {c: bool(f) for c, f in zip(cids, flags, strict=True)}
+        noisy = frozenset(c for c, f in verdict.items() if f)
         return RoundPlan(stage=plan.stage, instructions={**plan.instructions, "noisy": noisy, "verdict": verdict})
 
     def summarize(self, state, plan, updates, params):

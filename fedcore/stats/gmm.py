@@ -18,6 +18,13 @@ def zscore(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     return (x - x.mean(axis=0)) / np.where(std > eps, std, 1.0)
 
 
+def minmax(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """Column-wise min-max scaling of (n, d) data to [0, 1]; constant columns become 0."""
+    x = np.asarray(x, dtype=float)
+    lo, span = x.min(axis=0), np.ptp(x, axis=0)
+    return (x - lo) / np.where(span > eps, span, 1.0)
+
+
 def clean_posterior(
     values: np.ndarray,
     seed: int,

@@ -72,10 +72,24 @@ def sce(
     return _reduce(per, reduction)
 
 
-def class_log_prior(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """log pi_c from integer labels (N,), counts clamped to >= 1 so absent classes stay finite. -> (C,)"""
-    counts = torch.bincount(labels, minlength=num_classes).clamp(min=1).to(torch.float32)
+def class_log_prior(labels: torch.Tensor, num_classes: int, absent: Literal["one", "neg_inf"] = "one") -> torch.Tensor:
+    """log pi_c from integer labels (N,) -> (C,).
+
+    absent="one" counts a class the labels lack as one sample (finite prior); "neg_inf"
+    gives it log 0 = -inf, as FedNoRo's code does: its logit then never wins, and the
+    losses below mask it so that -inf never meets a zero weight as NaN.
+    """
+    counts = torch.bincount(labels, minlength=num_classes).to(torch.float32)
+    if absent == "one":
+        counts = counts.clamp(min=1)
+    elif absent != "neg_inf":
+        raise ValueError(f"absent must be 'one' or 'neg_inf', got {absent!r}")
     return torch.log(counts / counts.sum())
+
+
+def adjust_logits(logits: torch.Tensor, log_prior: torch.Tensor, tau: float) -> torch.Tensor:
+    """logits + tau * log_prior; tau = 0 leaves the logits alone (0 * -inf would be NaN)."""
+    return logits if tau == 0 else logits + tau * log_prior
 
 
 def la_ce(
@@ -86,7 +100,7 @@ def la_ce(
     reduction: Reduction = "mean",
 ) -> torch.Tensor:
     """Logit-adjusted CE (Menon et al., ICLR 2021): CE(logits + tau * log_prior, y). log_prior: (C,)."""
-    return ce(logits + tau * log_prior, y, reduction)
+    return ce(adjust_logits(logits, log_prior, tau), y, reduction)
 
 
 def kd_kl(
@@ -117,15 +131,22 @@ def la_kd(
     tau: float = 1.0,
     kd_mask: torch.Tensor | None = None,
     reduction: Reduction = "mean",
+    soften_student: bool = True,
 ) -> torch.Tensor:
-    """FedNoRo/FedSIR LA-KD: w_kd * KL(teacher/T || adjusted student/T) + (1 - w_kd) * LA-CE.
+    """FedNoRo/FedSIR LA-KD: w_kd * KL(softmax(teacher/T) || softmax(s')) + (1 - w_kd) * LA-CE.
 
-    The student is logit-adjusted (logits + tau * log_prior) in both terms. kd_mask (B,)
-    bool limits KD to those samples (FedSIR's disagreeing set); averaging the masked
-    per-sample loss over the whole batch weights KD by the fraction of KD samples.
+    s' is the logit-adjusted student (logits + tau * log_prior), divided by T as well when
+    `soften_student` (FedNoRo's code softens only the teacher: soften_student=False).
+    Classes whose prior is -inf get log q = 0 in the KL sum, as in FedNoRo's code: a
+    constant term with no gradient, so the loss stays finite. kd_mask (B,) bool limits KD
+    to those samples (FedSIR's disagreeing set); averaging the masked per-sample loss over
+    the whole batch weights KD by the fraction of KD samples.
     """
-    adjusted = student_logits + tau * log_prior
-    kd = kd_kl(adjusted, teacher_logits, T=T, reduction="none")
+    adjusted = adjust_logits(student_logits, log_prior, tau)
+    log_q = F.log_softmax(adjusted / T if soften_student else adjusted, dim=-1)
+    log_q = torch.where(torch.isinf(log_q), torch.zeros_like(log_q), log_q)
+    log_p_t = F.log_softmax(teacher_logits.detach() / T, dim=-1)
+    kd = (log_p_t.exp() * (log_p_t - log_q)).sum(-1)
     if kd_mask is not None:
         kd = kd * kd_mask.to(kd.dtype)
     per = w_kd * kd + (1.0 - w_kd) * ce(adjusted, y, reduction="none")

@@ -54,3 +54,11 @@ def flat_distance(a: Params, b: Params, keys: Sequence[str] | None = None) -> fl
     keys = keys or [k for k in a if a[k].is_floating_point()]
     sq = torch._foreach_sub([a[k] for k in keys], [b[k] for k in keys])
     return float(torch.sqrt(sum(torch.sum(t.double() ** 2) for t in sq)))
+
+
+def per_tensor_distance(a: Params, b: Params, keys: Sequence[str] | None = None) -> float:
+    """Sum over floating tensors (buffers included) of each tensor's L2 distance, as FedNoRo's
+    code measures models for DaAgg; never below `flat_distance` (triangle inequality)."""
+    keys = keys or [k for k in a if a[k].is_floating_point()]
+    sq = torch._foreach_sub([a[k] for k in keys], [b[k] for k in keys])
+    return float(sum(torch.sqrt(torch.sum(t.double() ** 2)) for t in sq))

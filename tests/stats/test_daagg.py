@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedcore.stats.daagg import daagg_weights, nearest_clean_distances
-from fedcore.train.params import flat_distance
+from fedcore.train.params import flat_distance, per_tensor_distance
 
 
 def test_nearest_clean_distance_uses_the_closest_clean_client():
@@ -40,3 +40,14 @@ def test_with_parameter_dicts_and_buffers():
     noisy = {"w": torch.tensor([3.0, 0.0]), "bn.running_mean": torch.tensor([4.0])}
     d = nearest_clean_distances([clean, noisy], [True, False], flat_distance)
     np.testing.assert_allclose(d, [0.0, 5.0])  # buffers count: sqrt(3^2 + 4^2)
+
+
+def test_per_tensor_distance_sums_tensor_norms_on_two_models():
+    """FedNoRo's code: sum over tensors of ||a_t - b_t||, integer buffers skipped."""
+    a = {"fc.weight": torch.zeros(2, 2), "fc.bias": torch.zeros(1), "bn.num_batches_tracked": torch.tensor(0)}
+    b = {"fc.weight": torch.tensor([[3.0, 0.0], [0.0, 4.0]]), "fc.bias": torch.tensor([2.0]),
+         "bn.num_batches_tracked": torch.tensor(9)}
+    assert per_tensor_distance(a, b) == pytest.approx(5.0 + 2.0)
+    assert flat_distance(a, b) == pytest.approx(math.sqrt(9 + 16 + 4))
+    d = nearest_clean_distances([a, b, a], [True, False, True], per_tensor_distance)
+    np.testing.assert_allclose(d, [0.0, 7.0, 0.0])
