@@ -6,8 +6,8 @@ data, the server averages both networks) is the baseline of FedCorr, FedNoRo and
 comparisons. Spec: shared/spec/baselines-and-metrics.md ("lowest priority").
 
 Stages: `warmup` (both networks, CE on the given labels, optionally with DivideMix's
-confidence penalty for asymmetric noise), then `train`. In a train round a client scores its
-plain data with both received networks, fits one GMM per network on the min-max-scaled
+confidence penalty for asymmetric noise), then `train`. In a train epoch a client scores its
+plain data with both of its current networks, fits one GMM per network on the min-max-scaled
 per-sample losses, and each network trains on the division made by the *other* one
 (co-divide): samples with the peer's clean probability w > p_threshold are labelled (target
 refined towards the net's own guess by 1 - w), the rest unlabelled (target co-guessed by both
@@ -20,7 +20,8 @@ The local round follows DivideMix's procedure (`dividemix_local.py`): the divisi
 every local epoch on the local networks, a step draws separate labelled and unlabelled batches
 (batch_size each, ceil(|labelled| / batch_size) steps an epoch), net a trains on b's division
 and then b on a's, each with a fresh SGD every local epoch and no weight decay
-(`train_weight_decay`: 0). The former choices stay reachable: `split_every: round`,
+(`train_weight_decay`: 0), as the FL implementation we matched does (DivideMix's centralized
+code keeps one SGD per network, wd 5e-4, over its whole run; a client's cannot outlive a round). The former choices stay reachable: `split_every: round`,
 `batching: split`, `optimizer_lifetime: round`, and all three together run the former joint
 step (one optimizer over both networks with train.weight_decay); docs/results/baselines.md,
 "Parity with the reference code", has the measurements.
