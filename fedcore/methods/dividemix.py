@@ -21,10 +21,11 @@ every local epoch on the local networks, a step draws separate labelled and unla
 (batch_size each, ceil(|labelled| / batch_size) steps an epoch), net a trains on b's division
 and then b on a's, each with a fresh SGD every local epoch and no weight decay
 (`train_weight_decay`: 0), as the FL implementation we matched does (DivideMix's centralized
-code keeps one SGD per network, wd 5e-4, over its whole run; a client's cannot outlive a round). The former choices stay reachable: `split_every: round`,
-`batching: split`, `optimizer_lifetime: round`, and all three together run the former joint
-step (one optimizer over both networks with train.weight_decay); docs/results/baselines.md,
-"Parity with the reference code", has the measurements.
+code keeps one SGD per network, wd 5e-4, over its whole run; a client's cannot outlive a
+round). The former choices stay reachable: `split_every: round`, `batching: split`,
+`optimizer_lifetime: round`, and all three together run the former joint step (one optimizer
+over both networks with train.weight_decay); docs/results/baselines.md, "Parity with the
+reference code", has the measurements.
 
 Departures that remain:
 - One federated round plays the role of a DivideMix epoch for the lambda_u ramp-up (it starts at
