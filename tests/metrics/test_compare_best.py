@@ -74,3 +74,15 @@ def test_the_compare_command_prints_the_budget_warning(tmp_path):
     out = CliRunner().invoke(app, ["compare", str(tmp_path / "fedavg"), str(tmp_path / "fedcorr")])
     assert out.exit_code == 0, out.output
     assert "differ in training budget" in out.output and "100 rounds x 5 epochs" in out.output
+
+
+def test_the_report_page_states_each_rows_budget_and_warns_when_they_differ():
+    from fedcore.reporting.compare import group_records
+    from fedcore.reporting.report import page
+
+    records = [budget_rec("fedavg", 50), budget_rec("fedcorr", 100)]
+    text = page(group_records(records), records, "acc", [])
+    assert "| budget |" in text and "| 100 rounds x 5 epochs |" in text
+    assert "**warning: the rows differ in training budget" in text
+    same = [budget_rec("fedavg", 50), budget_rec("fedcorr", 50)]
+    assert "warning" not in page(group_records(same), same, "acc", [])
