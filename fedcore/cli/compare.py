@@ -20,7 +20,7 @@ def compare(
 ) -> None:
     """Table of final metrics across runs (mean ± std over the seeds of one config)."""
     from fedcore.errors import UserError
-    from fedcore.reporting.compare import comparison_table, load_run, merge_notes
+    from fedcore.reporting.compare import budget_notes, comparison_table, load_run, merge_notes
 
     if experiment:
         from fedcore.reporting.compare_mlflow import compare_experiment
@@ -31,5 +31,5 @@ def compare(
         raise UserError("pass run directories (fedcore compare runs/a runs/b) or --experiment NAME")
     records = [load_run(p) for p in runs]
     console.print(comparison_table(records, by=by))
-    for note in merge_notes(records, by=by):
+    for note in [*merge_notes(records, by=by), *budget_notes(records, by=by)]:
         console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)

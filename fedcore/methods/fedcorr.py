@@ -25,8 +25,12 @@ Choices and departures (facts read from the public code, github Xu-Jingyi/FedCor
 - A relabel decided at the end of a pass runs at the client's next visit (in this engine
   only a client writes its own labels); the model it uses is the end-of-pass snapshot.
 - The proximal term is the unsquared norm, as in the code (beta = 5 in its README).
-- finetune takes `finetune_rounds` (default half of train.rounds) and `train` the rest of
-  train.rounds; the pre-processing passes come on top, like FedRG's pretraining.
+- The three stages fit inside train.rounds (`budget: within`, see `fedcorr_stages.stage_split`:
+  pre-processing takes `preprocess_share` of it in whole passes, fine-tuning half the rest),
+  so FedCorr gets every other method's budget; `budget: extra` puts `iterations` passes on top
+  (the former behaviour). With preprocess_clients=1 a pre-processing round's global model is one
+  client's local model: on a federation where clients hold 1-3 classes it sits near chance
+  until fine-tuning averages clients again (docs/results/baselines.md has the per-round trace).
 - If no client passes `clean_set_thres`, the lowest-level client fine-tunes alone.
 - The server keeps each client's latest working labels, loss-GMM flags and level only to
   report relabel and detection metrics; no decision reads them.
@@ -36,16 +40,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 
+from fedcore.config import tune_range
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, ServerState, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
+from fedcore.methods.fedcorr_stages import stage_split
 from fedcore.methods.registry import MethodParams, register
 from fedcore.stats.gmm import clean_posterior, noisy_fraction
 from fedcore.stats.lid import lid_mle
@@ -57,12 +63,17 @@ _ORDER_SALT, _PICK_SALT = 0xC0A1, 0xC0A2
 
 
 class FedCorrParams(MethodParams):
-    iterations: int = Field(5, ge=1, description="T1: pre-processing passes over all clients")
+    budget: Literal["within", "extra"] = Field(
+        "within", description="the stages share train.rounds, or pre-processing comes on top (former)")
+    preprocess_share: float = Field(0.4, ge=0.0, lt=1.0, description="within: pre-processing's share of train.rounds")
+    iterations: int = Field(5, ge=1, description="T1: pre-processing passes over all clients (at most, within)")
     preprocess_clients: int = Field(1, ge=1, description="clients per pre-processing round (code: frac1*N = 1)")
-    finetune_rounds: int | None = Field(None, ge=0, description="default: half of train.rounds")
-    beta: float = Field(5.0, ge=0.0, description="adaptive proximal weight (times the level)")
+    finetune_rounds: int | None = Field(None, ge=0, description="default: half of the rounds after pre-processing")
+    beta: float = Field(5.0, ge=0.0, description="adaptive proximal weight (times the level)",
+                        json_schema_extra=tune_range(0.5, 10.0, log=True))
     lid_k: int = Field(20, ge=1, description="neighbours of the LID estimate")
-    relabel_ratio: float = Field(0.5, ge=0.0, le=1.0, description="share of a noisy client's high-loss set to relabel")
+    relabel_ratio: float = Field(0.5, ge=0.0, le=1.0, description="share of a noisy client's high-loss set to relabel",
+                                 json_schema_extra=tune_range(0.2, 0.8))
     confidence_thres: float = Field(0.5, ge=0.0, le=1.0, description="relabel only above this confidence")
     clean_set_thres: float = Field(0.1, ge=0.0, le=1.0, description="level at most this: fine-tune on the client")
     fine_tuning: bool = Field(True, description="False: no finetune stage (and no relabel after it)")
@@ -119,13 +130,14 @@ class FedCorr(StagedMethod):
 
     @property
     def stages(self) -> tuple[Stage, ...]:
-        p, total = self.params, self.cfg.train.rounds
-        ft = self.stage_rounds("finetune", total // 2 if p.finetune_rounds is None else p.finetune_rounds)
-        ft = ft if p.fine_tuning else 0
-        pre = Stage("preprocess", self.stage_rounds("preprocess", p.iterations * self.per_pass),
+        p = self.params
+        pre, ft, rest = stage_split(self.cfg.train.rounds, self.per_pass, p.iterations, p.budget, p.preprocess_share,
+                                    p.finetune_rounds, p.fine_tuning)
+        ft = self.stage_rounds("finetune", ft) if p.fine_tuning else 0
+        pre = Stage("preprocess", self.stage_rounds("preprocess", pre),
                     yields=("verdicts", "labels"))  # its task publishes the identification and the relabeling
-        rest = Stage("train", self.stage_rounds("train", max(total - ft, 1)))
-        return (pre, Stage("finetune", ft), rest) if ft else (pre, rest)
+        stages = (pre, Stage("finetune", ft), Stage("train", self.stage_rounds("train", rest)))
+        return tuple(s for s in stages if s.rounds or s.name == "train")
 
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None:
         x = state.extra

@@ -124,6 +124,30 @@ def merge_notes(records: list[dict[str, Any]], by: str = "method") -> list[str]:
     return notes
 
 
+def budget_of(r: dict[str, Any]) -> str:
+    """A run's training budget, "R rounds x E epochs": the rounds it ran (metrics.json, else its
+    history, else train.rounds) and its local epochs (or fixed local steps)."""
+    cfg = r.get("config") or {}
+    rounds = r.get("rounds") or (len(r["history"]) if r.get("history") else None) or cfg.get("train.rounds", "?")
+    steps = cfg.get("train.local_steps")
+    local = f"{steps} steps" if steps not in (None, "None", "") else f"{cfg.get('train.local_epochs', '?')} epochs"
+    try:
+        rounds = int(float(rounds))
+    except ValueError:
+        pass  # "?" when nothing says
+    return f"{rounds} rounds x {local}"
+
+
+def budget_notes(records: list[dict[str, Any]], by: str = "method") -> list[str]:
+    """A warning when the rows of one table trained on different budgets (total rounds or local
+    epochs): a method given twice the rounds is not compared with the others."""
+    budgets = {label: sorted({budget_of(r) for r in recs}) for label, recs in group_records(records, by).items()}
+    if len({b for bs in budgets.values() for b in bs}) < 2:
+        return []
+    listed = "; ".join(f"{label}: {' | '.join(bs)}" for label, bs in budgets.items())
+    return [f"warning: the rows differ in training budget, so they are not an equal comparison ({listed})"]
+
+
 def mean_std(values: list[float]) -> tuple[float, float]:
     vals = np.array([v for v in values if v is not None and np.isfinite(v)], dtype=float)
     if not len(vals):

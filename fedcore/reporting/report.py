@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fedcore.errors import ArtifactError, UserError
-from fedcore.reporting.compare import group_records, load_run, mean_std
+from fedcore.reporting.compare import budget_notes, budget_of, group_records, load_run, mean_std
 
 SETTING_PREFIXES = ("data.", "partition.", "noise.")
 DETECTION = ("detect/client_precision", "detect/client_recall", "detect/client_f1",
@@ -196,17 +196,20 @@ def page(groups: dict[str, list[dict[str, Any]]], records: list[dict[str, Any]],
 
     dataset = (records[0].get("config") or {}).get("data.name", "?")
     lines = [f"# fedcore report: {dataset}", "", f"{len(records)} runs in {len(groups)} groups.", "",
-             f"| group | seeds | {short} last-10 | {short} best round | {short} at val-best | "
-             "last-10 > FedAvg's best round, every seed |", "|---|---|---|---|---|---|"]
+             f"| group | seeds | budget | {short} last-10 | {short} best round | {short} at val-best | "
+             "last-10 > FedAvg's best round, every seed |", "|---|---|---|---|---|---|---|"]
     for g, recs in groups.items():
         seeds = ", ".join(str(r.get("seed")) for r in recs)
         verdict = beats_fedavg_every_seed(recs, records, short)
-        lines.append(f"| {g} | {seeds} | {cell(f'final/{short}_last10', recs)} | {cell(f'final/{short}_best', recs)} "
-                     f"| {cell(f'final/{short}_at_val_best', recs)} | {verdict} |")
+        budget = " / ".join(sorted({budget_of(r) for r in recs}))
+        lines.append(f"| {g} | {seeds} | {budget} | {cell(f'final/{short}_last10', recs)} "
+                     f"| {cell(f'final/{short}_best', recs)} | {cell(f'final/{short}_at_val_best', recs)} "
+                     f"| {verdict} |")
     lines.append("")
     lines.append("Values in %, mean ± std over seeds. \"At val-best\": the test score at the round the clients' "
                  "held-out validation split picks (runs with `data.validation`); the best round is picked on the "
                  "test set, an oracle no user has.")
+    lines += [f"\n**{note}**" for note in budget_notes(records)]
     for name, caption in figures:
         lines += ["", f"## {caption}", "", f"![{caption}]({name})"]
     return "\n".join(lines) + "\n"

@@ -16,10 +16,10 @@ from fedcore.stats.gmm import clean_posterior
 from fedcore.train import losses
 
 
-def clean_probability(loss: np.ndarray, seed: int) -> np.ndarray:
+def clean_probability(loss: np.ndarray, seed: int, max_iter: int = 10) -> np.ndarray:
     """DivideMix's per-sample clean probability: a 2-component GMM on min-max-scaled losses.
 
-    The short, loosely regularized fit (10 EM steps, tol 1e-2, reg_covar 5e-4) follows
+    The short, loosely regularized fit (10 EM steps by default, tol 1e-2, reg_covar 5e-4) follows
     DivideMix's code; stopping before convergence is part of that recipe, so scikit-learn's
     ConvergenceWarning is silenced here.
     """
@@ -30,7 +30,7 @@ def clean_probability(loss: np.ndarray, seed: int) -> np.ndarray:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return clean_posterior(scaled, seed=seed, reg_covar=5e-4, max_iter=10, tol=1e-2)[0]
+        return clean_posterior(scaled, seed=seed, reg_covar=5e-4, max_iter=max_iter, tol=1e-2)[0]
 
 
 def sharpen(p: torch.Tensor, T: float) -> torch.Tensor:

@@ -1,11 +1,15 @@
 """FL-DivideMix: the MixMatch pieces by hand, co-divide, the ensemble, and a short run."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
+from fedcore.engine.types import OptimSpec
+from fedcore.methods import dividemix_local
 from fedcore.methods.dividemix import MeanTwin, warmup_loss
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment
@@ -113,3 +117,101 @@ def test_the_evaluated_model_is_the_mean_of_both_networks():
     a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
     x = torch.randn(4, 3)
     torch.testing.assert_close(MeanTwin(a, b)(x), (a(x) + b(x)) / 2)
+
+
+# -- the local round in DivideMix's procedure (dividemix_local) ---------------------------------------
+
+
+def local_setup(fed, epochs: int = 3, **params):
+    """The method, the first client's data and labels, its params and spec, and a view function."""
+    c = cfg(rounds=1, warmup_rounds=0, **params)
+    c = c.model_copy(update={"train": c.train.model_copy(update={"local_epochs": epochs})})
+    method = build_method(c)
+    method.init(make_context(c, fed, torch.device("cpu")))
+    data = method.ctx.clients[0]
+    views = lambda pos: torch.cat([data.x(pos)] * 2)  # noqa: E731 - the plain input twice
+    spec = method.optim_spec(type("T", (), {"instructions": {}})())
+    return method, data, method.params, spec, views
+
+
+def run_local(method, data, p, spec, views):
+    nets = {"a": method.model.a, "b": method.model.b}
+    return dividemix_local.local_round(nets, data, data.labels, p, spec, views, 1.0, np.random.default_rng(0),
+                                       torch.Generator().manual_seed(0), seed=0)
+
+
+@pytest.mark.parametrize("split_every, fits", [("epoch", 2 * 3), ("round", 2)])
+def test_the_division_is_refitted_each_local_epoch_on_both_networks(fed, monkeypatch, split_every, fits):
+    calls = []
+
+    def mock_gmm(loss, seed, max_iter):
+        calls.append(len(loss))
+        return np.full(len(loss), 0.9)
+
+    monkeypatch.setattr(dividemix_local, "clean_probability", mock_gmm)
+    method, data, p, spec, views = local_setup(fed, epochs=3, split_every=split_every)
+    run_local(method, data, p, spec, views)
+    assert len(calls) == fits and set(calls) == {data.n}  # per net: one fit per epoch (or per round)
+
+
+def test_separate_batches_draw_b_labelled_and_b_unlabelled_for_ceil_labelled_over_b_steps():
+    labelled, unlabelled = torch.arange(0, 70), torch.arange(70, 90)  # 70 labelled, 20 unlabelled
+    pairs = list(dividemix_local.separate_batches(labelled, unlabelled, 32, torch.Generator().manual_seed(0)))
+    assert len(pairs) == 3  # ceil(70 / 32)
+    assert [len(pl) for pl, _ in pairs] == [32, 32, 6] and [len(pu) for _, pu in pairs] == [20, 20, 20]
+    assert sorted(torch.cat([pl for pl, _ in pairs]).tolist()) == list(range(70))  # each labelled once
+    assert all(set(pu.tolist()) <= set(range(70, 90)) for _, pu in pairs)
+    many = list(dividemix_local.separate_batches(torch.arange(10), torch.arange(10, 110), 4, torch.Generator()))
+    assert [len(pu) for _, pu in many] == [4, 4, 4]  # a large unlabelled set gives full batches
+    assert list(dividemix_local.separate_batches(torch.arange(0), torch.arange(5), 4, torch.Generator())) == []
+
+
+def test_the_step_count_of_a_constructed_division(fed, monkeypatch):
+    method, data, p, spec, views = local_setup(fed, epochs=2)
+    n_lab = data.n // 3
+    w = np.r_[np.full(n_lab, 0.9), np.full(data.n - n_lab, 0.1)]  # the first third clean for both nets
+    monkeypatch.setattr(dividemix_local, "clean_probability", lambda loss, seed, max_iter: w)
+    _, metrics = run_local(method, data, p, spec, views)
+    per_net = math.ceil(n_lab / spec.batch_size)
+    lone = int(n_lab % spec.batch_size == 1 and data.n - n_lab == 0)  # a 1-sample step is skipped
+    assert metrics["train/steps"] == 2 * 2 * (per_net - lone)  # 2 epochs x 2 nets
+    assert metrics["dividemix/labelled_a"] == pytest.approx(n_lab / data.n)
+    split = p.model_copy(update={"batching": "split"})
+    _, metrics = run_local(method, data, split, spec, views)
+    assert metrics["train/steps"] == 2 * 2 * math.ceil(data.n / spec.batch_size)  # batches of the whole set
+
+
+@pytest.mark.parametrize("lifetime, fresh", [("epoch", True), ("round", False)])
+def test_a_fresh_optimizer_each_epoch_starts_with_empty_momentum(lifetime, fresh):
+    net = torch.nn.Linear(3, 2)
+    pool = dividemix_local.OptimizerPool({"a": net}, OptimSpec(lr=0.1, momentum=0.9, weight_decay=0.0), lifetime)
+    for epoch in range(3):
+        opt = pool.get("a", epoch)
+        assert pool.get("a", epoch) is opt  # one optimizer through the epoch
+        buffers = [opt.state[q].get("momentum_buffer") for q in net.parameters()]
+        assert all(b is None for b in buffers) == (fresh or epoch == 0)
+        opt.zero_grad()
+        net(torch.randn(4, 3)).sum().backward()
+        opt.step()
+
+
+def test_the_train_stage_has_no_weight_decay_by_default_and_the_former_round_stays_reachable(fed, tmp_path):
+    method, data, p, spec, views = local_setup(fed, epochs=1)
+    assert p.train_weight_decay == 0.0 and not method.joint()
+    seen = []
+    real = dividemix_local.make_optimizer
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dividemix_local, "make_optimizer", lambda params, s: seen.append(s.weight_decay) or real(params, s))
+        run_local(method, data, p, spec, views)
+    assert seen == [0.0, 0.0] and spec.weight_decay > 0
+    former = {"split_every": "round", "batching": "split", "optimizer_lifetime": "round"}
+    assert build_method(cfg(**former)).joint()
+    res = run_experiment(cfg(**former), tmp_path, data=fed)
+    assert np.isfinite(res.history[-1]["dividemix/loss_x"])
+
+
+def test_the_lambda_u_ramp_starts_at_one_step_in_the_first_train_round():
+    method = build_method(cfg(rounds=30, rampup_rounds=16))
+    task = lambda rnd: type("T", (), {"rnd": rnd})()  # noqa: E731
+    assert method._ramp(task(2)) == pytest.approx(1 / 16)  # rounds 0-1 warm up
+    assert method._ramp(task(17)) == 1.0 and method._ramp(task(25)) == 1.0

@@ -9,13 +9,17 @@ import torch
 from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
 from fedcore.methods.fedcorr import adaptive_proximal, confident_relabel, loss_level, loss_relabel
+from fedcore.methods.fedcorr_stages import stage_split
+from fedcore.methods.registry import build_method
 from fedcore.run import run_experiment
 from fedcore.stats.lid import lid_mle
 from fedcore.train import losses
 
 
 def digits_cfg(rounds: int = 4, **params) -> ExperimentConfig:
-    """6 digits clients, 3 of them with 80% symmetric noise, a small MLP."""
+    """6 digits clients, 3 of them with 80% symmetric noise, a small MLP. The pass mechanics are
+    tested with the pre-processing on top of train.rounds (budget: extra), unless told."""
+    params.setdefault("budget", "extra")
     return ExperimentConfig.model_validate({
         "partition": {"kind": "dirichlet", "num_clients": 6, "alpha": 1.0},
         "noise": {"type": "symmetric", "num_noisy_clients": 3, "rate": {"kind": "fixed", "value": 0.8}},
@@ -147,3 +151,32 @@ def test_several_clients_per_preprocessing_round_still_visit_each_once_per_pass(
     pre = [h for h in res.history if h["stage"] == "preprocess"]
     assert [h["round/clients"] for h in pre] == [4, 2, 4, 2]  # ceil(6 / 4) = 2 rounds per pass
     assert set(res.state.extra["lid_cum"]) == set(range(6))
+
+
+@pytest.mark.parametrize("total", [0, 1, 2, 3, 5, 10, 17, 30, 50, 100, 1000])
+def test_within_budget_the_stage_rounds_sum_to_train_rounds(total):
+    pre, ft, train = stage_split(total, 10, 5, "within", 0.4, None, True)
+    assert pre + ft + train == max(total, 1) and train >= 1 and min(pre, ft) >= 0
+    assert pre <= 50  # never more than `iterations` passes
+    if total >= 2:
+        assert pre >= 1  # a tiny budget still pre-processes one round
+    if 0.4 * total >= 10:
+        assert pre % 10 == 0  # whole passes once one fits
+
+
+def test_the_default_split_of_fifty_rounds_and_the_former_one():
+    assert stage_split(50, 10, 5, "within", 0.4, None, True) == (20, 15, 15)
+    assert stage_split(50, 10, 5, "extra", 0.4, None, True) == (50, 25, 25)  # 100 rounds in all
+    assert stage_split(50, 10, 5, "within", 0.4, 5, True) == (20, 5, 25)
+    assert stage_split(50, 10, 5, "within", 0.4, None, False) == (20, 0, 30)
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 4, 12])
+def test_the_method_stages_fill_train_rounds_exactly(rounds):
+    method = build_method(digits_cfg(rounds=rounds, budget="within"))
+    assert sum(s.rounds for s in method.stages) == rounds and all(s.rounds > 0 for s in method.stages)
+
+
+def test_a_within_budget_run_of_two_rounds_runs_two_rounds(fed, tmp_path):
+    res = run_experiment(digits_cfg(rounds=2, budget="within"), tmp_path, data=fed)
+    assert [h["stage"] for h in res.history] == ["preprocess", "train"]

@@ -36,3 +36,53 @@ def test_verdict_uses_seed_means():
     assert beats_fedavg(records[2:], records) == "yes +0.010"  # 0.46 vs FedAvg's mean best 0.45
     header, rows = comparison_rows(records, by="group")
     assert rows[0][header.index("best round")] == "6"  # mean of 5 and 7, printed as a round
+
+
+def budget_rec(method: str, rounds: int, epochs: int = 5, seed: int = 0) -> dict:
+    r = rec(method, "noisy", 0.3, 0.4, 9, seed)
+    r.update(rounds=rounds, config={"train.rounds": "50", "train.local_epochs": str(epochs), "seed": str(seed),
+                                    "method.name": method})
+    return r
+
+
+def test_compare_warns_when_rows_differ_in_rounds_or_local_epochs():
+    from fedcore.reporting.compare import budget_notes, budget_of
+
+    equal = [budget_rec("fedavg", 50), budget_rec("fedavg", 50, seed=1), budget_rec("fedcorr", 50)]
+    assert budget_notes(equal) == [] and budget_of(equal[0]) == "50 rounds x 5 epochs"
+    (note,) = budget_notes([*equal, budget_rec("fedcorr", 100, seed=1)])  # FedCorr's former 100 rounds
+    assert note.startswith("warning:") and "fedcorr: 100 rounds x 5 epochs | 50 rounds x 5 epochs" in note
+    (note,) = budget_notes([budget_rec("fedavg", 50), budget_rec("dividemix", 50, epochs=2)])
+    assert "dividemix: 50 rounds x 2 epochs" in note
+
+
+def test_the_compare_command_prints_the_budget_warning(tmp_path):
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from fedcore.cli import app
+
+    for name, rounds in (("fedavg", 50), ("fedcorr", 100)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "metrics.json").write_text(json.dumps({"method": name, "seed": 0, "rounds": rounds,
+                                                    "summary": {"final/acc_last10": 0.3}}))
+        (d / "config.yaml").write_text(yaml.safe_dump({"train": {"rounds": 50, "local_epochs": 5},
+                                                       "method": {"name": name}, "seed": 0}))
+    out = CliRunner().invoke(app, ["compare", str(tmp_path / "fedavg"), str(tmp_path / "fedcorr")])
+    assert out.exit_code == 0, out.output
+    assert "differ in training budget" in out.output and "100 rounds x 5 epochs" in out.output
+
+
+def test_the_report_page_states_each_rows_budget_and_warns_when_they_differ():
+    from fedcore.reporting.compare import group_records
+    from fedcore.reporting.report import page
+
+    records = [budget_rec("fedavg", 50), budget_rec("fedcorr", 100)]
+    text = page(group_records(records), records, "acc", [])
+    assert "| budget |" in text and "| 100 rounds x 5 epochs |" in text
+    assert "**warning: the rows differ in training budget" in text
+    same = [budget_rec("fedavg", 50), budget_rec("fedcorr", 50)]
+    assert "warning" not in page(group_records(same), same, "acc", [])
