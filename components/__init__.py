@@ -7,12 +7,12 @@ sit inside the bodies because kfp ships only the function's source to the contai
 """
 
 from components.data import latest_snapshot, prepare_data
-from components.evaluate import compare, evaluate
+from components.evaluate import compare, evaluate, merge_rows, train_evaluate
 from components.retrain import champion
 from components.tracking import finish_tracking, start_tracking
 from components.train import identify_relabel_stage, identify_stage, relabel_stage, run_stage
 
 __all__ = [
     "champion", "compare", "evaluate", "finish_tracking", "identify_relabel_stage", "identify_stage",
-    "latest_snapshot", "prepare_data", "relabel_stage", "run_stage", "start_tracking",
+    "latest_snapshot", "merge_rows", "prepare_data", "relabel_stage", "run_stage", "start_tracking", "train_evaluate",
 ]

@@ -26,6 +26,7 @@ class PipelineOptions:
     data_prefix: str = ""  # retrain: where dated snapshots land
     model_name: str = ""  # retrain: registered model name
     overrides: tuple[str, ...] = ()  # the `overrides` input's default (the --set list)
+    fold: bool = False  # sweep: one task per run, the shape kfp.local can run side by side (pipelines.sweep)
 
 
 def _experiment(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
@@ -37,7 +38,7 @@ def _experiment(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
 def _sweep(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
     from pipelines.sweep import build
 
-    return build(cfg, o.resources, o.sweep, o.parallelism, o.overrides)
+    return build(cfg, o.resources, o.sweep, o.parallelism, o.overrides, o.fold)
 
 
 def _retrain(cfg: ExperimentConfig, o: PipelineOptions) -> Any:

@@ -13,24 +13,40 @@ kfp.local and the compiler):
 - no nested ParallelFor: kfp.local 2.17 cannot fan in (Collected) from a nested loop;
 - the evaluates of one iteration are chained through their `rows` output so one output
   per iteration carries every run's record to the fan-in.
+
+Local runs (`fold=True`: `fedcore quickstart`, `fedcore pipeline run --local`) take another
+shape, because kfp.local runs a DAG's tasks one at a time and only a ParallelFor's iterations
+side by side: with one task per stage, the runs of one setting would share a single core.
+Folded, each run is one task (`train_evaluate`: every stage, then its evaluation), so the
+runs of a setting become the iterations of a ParallelFor over its slots, and the settings,
+fixed at compile time, are unrolled, each with its own prepared dataset. That shape also lets
+a setting train only some methods (`SweepSpec.setting_methods`, e.g. a clean FedAvg reference).
 """
 
 # No `from __future__ import annotations`: kfp reads pipeline parameter annotations as objects.
 from kfp import dsl
 
-from components import compare, prepare_data, start_tracking
+from components import compare, merge_rows, prepare_data, start_tracking, train_evaluate
 from fedcore.config import ExperimentConfig
+from fedcore.errors import ConfigError
 from fedcore.pipeline.plan import SweepSpec, apply, config_input, plan_sweep, shared_data, sweep_axes
 from fedcore.pipeline.resources import PipelineResources
-from pipelines.common import evaluation, exit_task, light, stage_chain
+from pipelines.common import evaluation, exit_task, light, stage_chain, training
 
 
 def build(cfg: ExperimentConfig, res: PipelineResources | None = None, spec: SweepSpec | None = None,
-          parallelism: int = 0, overrides: tuple[str, ...] = ()):
-    """The sweep pipeline: settings x methods x seeds of `spec` over `cfg` plus `overrides` (the inputs' defaults)."""
+          parallelism: int = 0, overrides: tuple[str, ...] = (), fold: bool = False):
+    """The sweep pipeline: settings x methods x seeds of `spec` over `cfg` plus `overrides` (the inputs' defaults).
+
+    fold: the local shape (module docstring); parallelism then bounds the runs trained at once."""
     res = res or PipelineResources()
     base = shared_data(apply(cfg, overrides))
     plans = plan_sweep(base, spec or SweepSpec())
+    if fold:
+        return _folded(cfg, res, plans, base, spec or SweepSpec(), parallelism, overrides)
+    if any(p.restricted for p in plans):
+        raise ConfigError("setting_methods needs the folded local sweep (fedcore pipeline run sweep --local --fold); "
+                          "on a cluster, sweep the restricted setting in its own pipeline")
     axes = sweep_axes(base, spec or SweepSpec())
     methods_default, seeds_default = list(axes[0]), list(axes[1])
     settings_default = [p.item() for p in plans]
@@ -59,6 +75,39 @@ def build(cfg: ExperimentConfig, res: PipelineResources | None = None, spec: Swe
                                     rows=rows, **slot)
                     rows = ev.outputs["Output"]
             table = compare(**inputs, rows=dsl.Collected(rows), tracking=track)
+            light(table, res, "compare", cache=False)
+
+    return sweep
+
+
+def _folded(cfg: ExperimentConfig, res: PipelineResources, plans, base: ExperimentConfig, spec: SweepSpec,
+            parallelism: int, overrides: tuple[str, ...]):
+    methods_default, seeds_default = (list(a) for a in sweep_axes(base, spec)[:2])
+    settings_default = [p.item() for p in plans]
+    config_default, default_overrides = config_input(cfg), list(overrides)
+    slots = len(plans[0].runs)
+
+    @dsl.pipeline(name="fedcore-sweep", description=f"{len(plans)} settings x {slots} runs on {base.data.name}")
+    def sweep(config: str = config_default, overrides: list = default_overrides,  # noqa: B006 (kfp reads defaults)
+              methods: list = methods_default, seeds: list = seeds_default,  # noqa: B006
+              settings: list = settings_default):  # noqa: B006
+        inputs = {"config": config, "overrides": overrides}
+        with dsl.ExitHandler(exit_task(res, config, overrides, settings), name="sweep"):
+            parent = start_tracking(**inputs, pipeline="sweep", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                                    methods=methods, settings=settings)
+            track = light(parent, res, "start-tracking", cache=False).outputs["tracking"]
+            earlier, fan_in = "[]", None
+            for plan in plans:
+                if fan_in is not None:
+                    earlier = light(merge_rows(rows=fan_in, previous=earlier), res, "merge-rows").output
+                prep = light(prepare_data(**inputs, setting=plan.item()), res, f"prepare-data-{plan.name}")
+                with dsl.ParallelFor(list(plan.active), parallelism=parallelism) as slot:
+                    run = train_evaluate(**inputs, setting=plan.item(), methods=methods, seeds=seeds, slot=slot,
+                                         slots=slots, dataset=prep.outputs["dataset"], report=prep.outputs["report"],
+                                         tracking=track)
+                    training(run, res, f"{plan.name}-run")
+                fan_in = dsl.Collected(run.outputs["Output"])
+            table = compare(**inputs, rows=fan_in, more_rows=earlier, tracking=track)
             light(table, res, "compare", cache=False)
 
     return sweep

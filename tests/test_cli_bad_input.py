@@ -194,3 +194,13 @@ def test_pipeline_resources_a_stage_cannot_use_are_refused(tmp_path, capsys, arg
     out = tmp_path / "p.yaml"
     assert _fails(["pipeline", "compile", "experiment", CONFIG, "--out", str(out), *argv], capsys) == expected
     assert not out.exists()
+
+
+def test_a_restricted_setting_without_fold_says_to_fold(tmp_path, capsys):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("methods: [fedavg, fedprox]\nsettings: {noisy: [], clean: [noise.type=none]}\n"
+                     "setting_methods: {clean: [fedavg]}\n")
+    err = _fails(["pipeline", "run", "sweep", CONFIG, "--local", "--sweep", str(sweep), "--out", str(tmp_path / "o")],
+                 capsys)
+    assert "--local --fold" in err
+    assert not (tmp_path / "o" / "kfp").exists()  # refused at compile time, before any task ran

@@ -32,7 +32,8 @@ ModelOpt = Annotated[str, typer.Option("--model-name", help="retrain: registered
 TrackOpt = Annotated[bool, typer.Option("--tracking/--no-tracking", help="record runs in MLflow")]
 HostOpt = Annotated[str, typer.Option("--host", help="KFP API URL, e.g. http://localhost:8080")]
 ExperimentOpt = Annotated[str, typer.Option("--experiment", help="KFP experiment to file the run under")]
-ParallelOpt = Annotated[int, typer.Option("--parallelism", min=0, help="sweep: settings run at once (0 = no limit)")]
+ParallelOpt = Annotated[int, typer.Option("--parallelism", min=0,
+                                           help="sweep: settings (with --fold: runs) trained at once (0 = no limit)")]
 ResourceOpt = Annotated[list[str] | None, typer.Option(
     "--resource", help="task resources field=value (repeatable), e.g. stage_memory_limit=32Gi; see docs/pipelines.md")]
 PackageOpt = Annotated[Path | None, typer.Option(
@@ -61,7 +62,7 @@ def _options(ctx_args: dict[str, Any], local: bool = False) -> Any:
     spec = load_sweep_spec(ctx_args.get("sweep"), {"methods": ctx_args.get("method"), "seeds": ctx_args.get("seed")})
     return PipelineOptions(resources=res, sweep=spec, data_prefix=ctx_args.get("data_prefix") or "",
                            model_name=ctx_args.get("model_name") or "", parallelism=ctx_args.get("parallelism") or 0,
-                           overrides=tuple(ctx_args.get("set_") or ()))
+                           overrides=tuple(ctx_args.get("set_") or ()), fold=bool(local and ctx_args.get("fold")))
 
 
 def local_resources(res: Any) -> Any:
@@ -157,7 +158,10 @@ def run_cmd(name: NameArg,
             out: Annotated[Path, typer.Option("--out", "-o", help="local run dir")] = Path("runs/pipeline"),
             package: PackageOpt = None, set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None,
             sweep: SweepOpt = None, parallelism: ParallelOpt = 0, data_prefix: PrefixOpt = "",
-            model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
+            model_name: ModelOpt = "", tracking: TrackOpt = True,
+            fold: Annotated[bool, typer.Option(
+                "--fold", help="sweep: one task per run, so kfp.local trains --parallelism runs side by side "
+                "(default: one task per stage, the cluster's shape)")] = False) -> None:
     """Run a pipeline on this machine (the same pipeline object a cluster runs), or a compiled package."""
     if not local:
         raise UserError("`fedcore pipeline run` runs on this machine: pass --local "

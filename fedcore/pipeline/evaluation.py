@@ -72,6 +72,15 @@ def evaluate(cfg: ExperimentConfig, data_dir: str | Path, run_dir: str | Path, r
     return ev
 
 
+def publish(ev: Evaluation, metrics: Any, confusion: Any) -> None:
+    """An evaluation's summary and confusion matrix onto the task's kfp Metrics and ClassificationMetrics."""
+    for key, value in ev.record["summary"].items():
+        if value is not None:
+            metrics.log_metric(key, value)
+    if ev.confusion is not None:
+        confusion.log_confusion_matrix(ev.class_names or [str(i) for i in range(len(ev.confusion))], ev.confusion)
+
+
 def _figures(cfg, fed, history, run_dir: Path, out: Path, ev: Evaluation) -> list[Path]:
     from fedcore.reporting.plots import confusion_figure, curves_figure, rate_trajectories, save
     from fedcore.tracking.base import run_name_for

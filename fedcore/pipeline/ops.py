@@ -15,7 +15,8 @@ from typing import Any
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ArtifactError
 from fedcore.io import write_bytes
-from fedcore.pipeline.inputs import RunInputs, check_stages, resolve
+from fedcore.pipeline.inputs import RunInputs, check_stages, resolve, slot_of
+from fedcore.pipeline.plan import stage_names
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -92,6 +93,28 @@ def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Pat
             note_failure(inp, parent_run_id, label, err)
         raise
     return cfg, rid
+
+
+def whole_run(inp: RunInputs, dataset: Any, report_dir: str | Path, tracking_dir: str | Path, out_dir: str | Path,
+              figures_dir: str | Path) -> Any:
+    """One sweep slot in one task (the local sweep's folded shape): every stage of the slot's
+    method into `out_dir`, each resuming the one before, then its evaluation; returns the Evaluation."""
+    from fedcore.pipeline import evaluation
+    from fedcore.pipeline.runs import fail_run, parent_of
+
+    cfg = resolve(inp)
+    method, seed = slot_of(inp.methods, inp.seeds, inp.slot, inp.slots)
+    label = f"{method}-s{seed}" if len(set(inp.seeds)) > 1 else method
+    stages, rid = list(stage_names(cfg)), ""
+    for i, stage in enumerate(stages):
+        cfg, rid = run_stage(inp, stage, stages, dataset.path, out_dir if i else None, out_dir, parent_of(tracking_dir),
+                             rid, f"{label}-{stage}", getattr(dataset, "uri", "") or "")
+    try:
+        return evaluation.evaluate(cfg, dataset.path, out_dir, report_dir, figures_dir, rid, inp.setting_name,
+                                   f"{label}-evaluate")
+    except BaseException as err:
+        fail_run(cfg, rid, f"{label}-evaluate", err)
+        raise
 
 
 def _on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], trainjob: dict[str, Any], label: str,

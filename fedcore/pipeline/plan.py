@@ -31,6 +31,10 @@ class SweepSpec(BaseModel):
     settings: dict[str, list[str]] = Field(
         default_factory=dict, description="noise setting name -> overrides, e.g. {clean: [noise.type=none]}"
     )
+    setting_methods: dict[str, list[str]] = Field(
+        default_factory=dict, description="setting name -> the methods it runs (default: every method), "
+        "e.g. {clean: [fedavg]} for a clean reference of FedAvg alone; local runs only"
+    )
 
 
 StageShape = tuple[tuple[str, tuple[str, ...]], ...]  # (stage name, what it yields) per stage
@@ -58,6 +62,11 @@ class SettingPlan:
     overrides: tuple[str, ...]
     data_hash: str
     runs: list[RunPlan] = field(default_factory=list)
+    active: tuple[int, ...] = ()  # the slots of `runs` this setting trains (SweepSpec.setting_methods)
+
+    @property
+    def restricted(self) -> bool:
+        return len(self.active) < len(self.runs)
 
     def item(self) -> dict[str, Any]:
         """The setting as the sweep's `settings` pipeline input holds it (one ParallelFor item).
@@ -129,6 +138,7 @@ def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
     from fedcore.tracking.base import run_name_for
 
     methods, seeds, settings = sweep_axes(base, spec)
+    only = _check_setting_methods(spec.setting_methods, methods, settings)
     plans = []
     for name, set_overrides in settings.items():
         set_cfg = apply(base, set_overrides)  # validated: a setting may switch dataset or model
@@ -137,9 +147,23 @@ def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
             for seed in seeds:
                 cfg = apply(base, run_overrides(base, set_overrides, method, seed))
                 runs.append(RunPlan(method, seed, stage_shape(cfg), run_name_for(cfg)))
-        plans.append(SettingPlan(name, tuple(set_overrides), set_cfg.data_hash(), runs))
+        active = tuple(i for i, r in enumerate(runs) if name not in only or r.method in only[name])
+        plans.append(SettingPlan(name, tuple(set_overrides), set_cfg.data_hash(), runs, active))
     _check_same_stages(plans)
     return plans
+
+
+def _check_setting_methods(only: dict[str, list[str]], methods: list[str],
+                           settings: dict[str, list[str]]) -> dict[str, list[str]]:
+    for name, chosen in only.items():
+        if name not in settings:
+            raise ConfigError(f"setting_methods names setting '{name}', which the sweep does not have "
+                              f"(settings: {', '.join(settings)})")
+        unknown = [m for m in chosen if m not in methods]
+        if not chosen or unknown:
+            raise ConfigError(f"setting_methods['{name}'] must list some of the sweep's methods {methods}, "
+                              f"got {chosen}")
+    return only
 
 
 def _check_same_stages(plans: list[SettingPlan]) -> None:

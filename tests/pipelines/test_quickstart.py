@@ -24,3 +24,14 @@ def test_quickstart_sweeps_every_single_label_method_noisy_and_clean_without_ser
     assert set(available_methods()) - set(methods) == {"fedharmony"}  # the one multi-label method
     settings = [json_format.MessageToDict(v) for v in params["settings"].default_value.list_value.values]
     assert len(settings) == 2 and settings[1] == {"setting": "clean", "overrides": ["noise.type=none"]}
+
+
+def test_quickstart_trains_every_method_noisy_and_fedavg_alone_clean_two_runs_at_a_time(tmp_path):
+    _, pipeline = quickstart_pipeline(tmp_path / "out", rounds=2)
+    spec, _ = load_specs(compile_pipeline(pipeline, tmp_path / "quickstart.yaml"))
+    inner = json_format.MessageToDict(spec)["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    loops = {k: v for k, v in inner.items() if k.startswith("for-loop")}
+    items = sorted(json.loads(v["parameterIterator"]["items"]["raw"]) for v in loops.values())
+    fedavg = QUICKSTART_METHODS.index("fedavg")
+    assert items == sorted([list(range(len(QUICKSTART_METHODS))), [fedavg]])  # 11 runs, not 20
+    assert {v["iteratorPolicy"]["parallelismLimit"] for v in loops.values()} == {2}
