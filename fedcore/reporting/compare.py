@@ -100,10 +100,20 @@ def group_records(records: list[dict[str, Any]], by: str = "method") -> dict[str
         configs = [groups[k][0].get("config") or {} for k in keys]
         diff = differing_keys(configs)
         for k, cfg in zip(keys, configs, strict=True):
-            shown = [f"{d}={cfg.get(d, '-')}" for d in diff[:SHOWN_KEYS]]
+            shown = [f"{d}={_short(cfg.get(d, '-'))}" for d in diff[:SHOWN_KEYS]]
             more = f", +{len(diff) - SHOWN_KEYS}" if len(diff) > SHOWN_KEYS else ""
             out[f"{label} [{', '.join(shown)}{more}]"] = groups[k]
     return out
+
+
+def _short(value: Any) -> str:
+    """A config value for a label: floats to 3 significant digits (a tuned lr of 0.11281115548016656
+    reads 0.113), anything else as it is."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return str(value) if isinstance(value, bool) or f.is_integer() else f"{f:.3g}"
 
 
 def merge_notes(records: list[dict[str, Any]], by: str = "method") -> list[str]:
@@ -130,7 +140,8 @@ def budget_of(r: dict[str, Any]) -> str:
     cfg = r.get("config") or {}
     rounds = r.get("rounds") or (len(r["history"]) if r.get("history") else None) or cfg.get("train.rounds", "?")
     steps = cfg.get("train.local_steps")
-    local = f"{steps} steps" if steps not in (None, "None", "") else f"{cfg.get('train.local_epochs', '?')} epochs"
+    epochs = f"{cfg.get('train.local_epochs', '?')} epochs"
+    local = f"{steps} steps" if steps not in (None, "None", "null", "") else epochs
     try:
         rounds = int(float(rounds))
     except ValueError:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fedcore.errors import ArtifactError, UserError
-from fedcore.reporting.compare import budget_notes, budget_of, group_records, load_run, mean_std
+from fedcore.reporting.compare import budget_notes, budget_of, group_key, group_records, load_run, mean_std
 
 SETTING_PREFIXES = ("data.", "partition.", "noise.")
 DETECTION = ("detect/client_precision", "detect/client_recall", "detect/client_f1",
@@ -88,13 +88,25 @@ def setting_of(record: dict[str, Any]) -> tuple:
     return tuple(sorted((k, v) for k, v in cfg.items() if k.startswith(SETTING_PREFIXES) and k != "data.seed"))
 
 
+def fedavg_reference(records: list[dict[str, Any]], short: str) -> dict[tuple, float]:
+    """(setting, seed) -> FedAvg's best round; where several FedAvg configs ran (the preset's and
+    a tuned one), the better of them on that seed, so that no method is judged against the weaker."""
+    ref: dict[tuple, float] = {}
+    for r in records:
+        best = r["summary"].get(f"final/{short}_best") if r.get("method") == "fedavg" else None
+        if best is not None and not math.isnan(best):
+            key = (setting_of(r), r.get("seed"))
+            ref[key] = max(ref.get(key, -math.inf), best)
+    return ref
+
+
 def beats_fedavg_every_seed(group: list[dict[str, Any]], records: list[dict[str, Any]], short: str) -> str:
-    """'✓ (+m)' when the group's last-10 is above FedAvg's best round on every seed they share, m the
-    smallest margin (points); '✗ (m)' otherwise; '-' for FedAvg or without a FedAvg run to match."""
+    """'✓ (+m)' when the group's last-10 is above FedAvg's best round (`fedavg_reference`) on every
+    seed they share, m the smallest margin (points); '✗ (m)' otherwise; '-' for FedAvg or without a
+    FedAvg run to match."""
     if any(r.get("method") == "fedavg" for r in group):
         return "-"
-    ref = {(setting_of(r), r.get("seed")): r["summary"].get(f"final/{short}_best")
-           for r in records if r.get("method") == "fedavg"}
+    ref = fedavg_reference(records, short)
     margins = []
     for r in group:
         best = ref.get((setting_of(r), r.get("seed")))
@@ -163,10 +175,12 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     short = "mAP" if multi else "acc"
     figures: list[tuple[str, str]] = []
     bands = {g: b for g, recs in groups.items() if (b := seed_band([r["history"] for r in recs], f"test/{short}"))}
-    fedavg = [r["summary"].get(f"final/{short}_best") for r in records if r.get("method") == "fedavg"]
+    fedavg = list(fedavg_reference(records, short).values())
     ref, _ = mean_std(fedavg)
+    several = len({group_key(r.get("config") or {}) for r in records if r.get("method") == "fedavg"}) > 1
     plots.save(plots.band_figure(bands, f"test {short}", f"test {short} per round (mean over seeds, min-max band)",
-                                 ref=ref if fedavg else None, ref_label="FedAvg's best round (mean)",
+                                 ref=ref if fedavg else None,
+                                 ref_label=f"FedAvg's best round (mean{', better config per seed' if several else ''})",
                                  marks=marks_of(groups)), out / "accuracy.png")
     figures.append(("accuracy.png", f"Test {short} per round"))
     rated = {g: rates for g, recs in groups.items() if (rates := last_rates(recs[0]))}

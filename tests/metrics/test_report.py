@@ -93,3 +93,26 @@ def test_report_from_an_mlflow_experiment(tmp_path):
     row = next(line for line in page.splitlines() if line.startswith("| fedprox "))
     assert f"| {100 * local:.1f} |" in row and "2 runs in 2 groups" in page
     assert matplotlib.image.imread(tmp_path / "rep" / "accuracy.png").std() > 0
+
+
+def test_the_fedavg_bar_is_the_better_fedavg_config_on_each_seed():
+    from fedcore.reporting.report import fedavg_reference, setting_of
+
+    preset = [_rec("fedavg", 0, 0.3, 0.30), _rec("fedavg", 1, 0.3, 0.55)]
+    tuned = [{**r, "config": {**r["config"], "train.lr": "0.11"}} for r in
+             (_rec("fedavg", 0, 0.4, 0.50), _rec("fedavg", 1, 0.4, 0.45))]
+    ref = fedavg_reference(preset + tuned, "acc")
+    setting = setting_of(preset[0])
+    assert ref == {(setting, 0): 0.50, (setting, 1): 0.55}
+    # 0.52 clears the tuned FedAvg on seed 0 and the preset's on seed 1 only if judged per seed.
+    method = [_rec("sce", 0, 0.52, 0.6), _rec("sce", 1, 0.56, 0.6)]
+    assert beats_fedavg_every_seed(method, preset + tuned + method, "acc") == "✓ (+1.0)"
+    assert beats_fedavg_every_seed([_rec("sce", 0, 0.45, 0.6)], preset + tuned, "acc") == "✗ (-5.0)"
+
+
+def test_labels_of_configs_that_share_a_method_round_their_floats():
+    from fedcore.reporting.compare import group_records
+
+    a = _rec("fedavg", 0, 0.3, 0.3)
+    b = {**a, "config": {**a["config"], "train.lr": "0.11281115548016656"}}
+    assert sorted(group_records([a, b])) == ["fedavg [train.lr=0.05]", "fedavg [train.lr=0.113]"]
