@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The results pages' figures (docs/results/img/<set>/*.png), drawn by `fedcore report` from the
+# run dirs that the pages' tables were measured on (experiments/tuning.sh writes them).
+#
+# Usage: experiments/figures.sh [RUNS]      (default runs/tuning)
+# Environment: PY (.venv/bin/python), OUT (docs/results/img).
+# A set whose runs are not all finished is skipped with a note; the others are redrawn.
+set -euo pipefail
+RUNS=${1:-runs/tuning}
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-docs/results/img}
+
+figure_set() {  # NAME RUN_DIR...: every run must have finished (metrics.json)
+  local name=$1 missing=0 tmp
+  shift
+  for d in "$@"; do [ -f "$d/metrics.json" ] || missing=$((missing + 1)); done
+  if [ "$missing" -gt 0 ]; then
+    echo "figures: $name skipped ($missing of $# runs missing under $RUNS)" >&2
+    return 0
+  fi
+  tmp=$(mktemp -d)
+  "$PY" -m fedcore report "$@" --out "$tmp" > /dev/null
+  mkdir -p "$OUT/$name"
+  rm -f "$OUT/$name"/*.png
+  cp "$tmp"/*.png "$OUT/$name/"
+  rm -rf "$tmp"
+  echo "figures: $OUT/$name: $(cd "$OUT/$name" && echo *.png)" >&2
+}
+
+# FedRG's symmetric / localized scene: the preset's and the tuned FedAvg, the tuned baselines, FedRG.
+S=$RUNS/fedrg_sym_localized
+figure_set fedrg_sym_localized \
+  "$S"/fedavg/default/s{0,1,2} "$S"/fedavg/tuned/s{0,1,2} "$S"/symmetric_ce/tuned/s{0,1,2} \
+  "$S"/fedprox/tuned/s{0,1,2} "$S"/fedrg/default/s{0,1,2}

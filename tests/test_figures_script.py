@@ -1,0 +1,48 @@
+"""experiments/figures.sh against a stand-in `fedcore report`: a set is drawn only from finished
+runs, every one of them, and its old PNGs are replaced."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAKE_PY = r"""#!/usr/bin/env bash
+echo "$*" >> "$FAKE_LOG"
+out=""; prev=""
+for a in "$@"; do [[ "$prev" == --out ]] && out=$a; prev=$a; done
+printf 'png' > "$out/accuracy.png"; printf '# report' > "$out/report.md"
+"""
+RUNS = [f"{m}/{row}/s{s}" for m, row in (("fedavg", "default"), ("fedavg", "tuned"), ("symmetric_ce", "tuned"),
+                                         ("fedprox", "tuned"), ("fedrg", "default")) for s in range(3)]
+
+
+def _run(tmp_path: Path, runs: Path, out: Path) -> subprocess.CompletedProcess:
+    py = tmp_path / "py"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    env = {"PY": str(py), "FAKE_LOG": str(tmp_path / "log"), "OUT": str(out), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(["bash", "experiments/figures.sh", str(runs)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_a_set_with_an_unfinished_run_is_skipped_then_drawn_from_all_its_runs(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "img"
+    for r in RUNS[:-1]:  # FedRG's seed 2 has not finished
+        (runs / "fedrg_sym_localized" / r).mkdir(parents=True)
+        (runs / "fedrg_sym_localized" / r / "metrics.json").write_text("{}")
+    first = _run(tmp_path, runs, out)
+    assert "fedrg_sym_localized skipped (1 of 15 runs missing" in first.stderr
+    assert not (tmp_path / "log").exists() and not out.exists()
+
+    (runs / "fedrg_sym_localized" / RUNS[-1]).mkdir(parents=True)
+    (runs / "fedrg_sym_localized" / RUNS[-1] / "metrics.json").write_text("{}")
+    (out / "fedrg_sym_localized").mkdir(parents=True)
+    (out / "fedrg_sym_localized" / "stale.png").write_text("old")
+    _run(tmp_path, runs, out)
+    (call,) = (tmp_path / "log").read_text().splitlines()
+    assert call.startswith("-m fedcore report ") and all(str(runs / "fedrg_sym_localized" / r) in call for r in RUNS)
+    assert sorted(p.name for p in (out / "fedrg_sym_localized").iterdir()) == ["accuracy.png"]  # PNGs only, fresh
