@@ -144,9 +144,12 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: A
     SubprocessRunner, in this Python environment; `arguments` are its run-time inputs.
 
     Artifacts land under `<root>/kfp`, the full task log in `<root>/kfp-local.log`; with
-    `echo`, one line per finished task is printed.
+    `echo`, one line per finished task is printed. Tasks start from a fork server that has
+    imported their libraries once (`pipelines.forkserver`; FEDCORE_FORKSERVER=0 turns it off).
     """
     from kfp import local
+
+    from pipelines import forkserver
 
     root = Path(root).resolve()
     if root.exists() and not root.is_dir():  # caught here, not as a traceback from the log's mkdir
@@ -157,7 +160,8 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: A
     start = log.stat().st_size if log.is_file() else 0  # the log is appended to across runs
     before = set((root / "kfp").glob("*")) if (root / "kfp").is_dir() else set()
     try:
-        with _one_thread_per_task(), _quiet(log, display_names(pipeline), echo):
+        # The fork server starts inside _one_thread_per_task: its torch reads OMP_NUM_THREADS on import.
+        with _one_thread_per_task(), forkserver.serving(), _quiet(log, display_names(pipeline), echo):
             task = pipeline(**arguments)
         new = sorted(set((root / "kfp").glob("*")) - before)
         run_dir = new[-1] if new else None

@@ -16,7 +16,7 @@ def test_quickstart_sweeps_every_single_label_method_noisy_and_clean_without_ser
     spec, _ = load_specs(compile_pipeline(pipeline, tmp_path / "quickstart.yaml"))
     params = spec.root.input_definitions.parameters
     config = json.loads(params["config"].default_value.string_value)
-    # 20 runs' torch.export would cost about 100 s of CPU: the quickstart logs state_dicts only.
+    # 11 runs' torch.export would cost about 55 s of CPU: the quickstart logs state_dicts only.
     assert config["tracking"] == {**config["tracking"], "backend": "mlflow", "log_model": False}
     assert config["train"]["rounds"] == 2 and cfg.tracking.log_model is False
     methods = [v.string_value for v in params["methods"].default_value.list_value.values]
