@@ -58,7 +58,19 @@ def run_quickstart(out: Path, console: Console, rounds: int | None = None,
                   f"labels, {', '.join(CLEAN_METHODS)} on clean ones (task logs: {out / 'kfp-local.log'})")
     result = run_local(pipeline, out)
     print_result("sweep", result, cfg, out, console)
+    report = write_run_report(getattr(result, "run_dir", None), out / "report")
+    if report is not None:
+        console.print(f"report: {report} (accuracy per round: {report.parent / 'accuracy.png'})",
+                      soft_wrap=True, markup=False, highlight=False)
     return result
+
+
+def write_run_report(run_dir: Path | None, out: Path) -> Path | None:
+    """`fedcore report` over the runs of a finished local pipeline (their checkpoint artifacts)."""
+    from fedcore.reporting.report import write_report
+
+    runs = sorted(p.parent for p in run_dir.glob("**/checkpoint/metrics.json")) if run_dir else []
+    return write_report(runs, out) if runs else None
 
 
 def quickstart(

@@ -116,3 +116,12 @@ def test_labels_of_configs_that_share_a_method_round_their_floats():
     a = _rec("fedavg", 0, 0.3, 0.3)
     b = {**a, "config": {**a["config"], "train.lr": "0.11281115548016656"}}
     assert sorted(group_records([a, b])) == ["fedavg [train.lr=0.05]", "fedavg [train.lr=0.113]"]
+
+
+def test_the_plots_fedavg_line_is_on_the_setting_the_other_runs_share():
+    from fedcore.reporting.report import reference_line
+
+    noisy = [_rec("fedavg", 0, 0.3, 0.50), _rec("sce", 0, 0.6, 0.6), _rec("fedsir", 0, 0.7, 0.7)]
+    clean = [_rec("fedavg", 0, 0.9, 0.95, rate="0.0")]
+    assert reference_line(noisy + clean, "acc") == [0.50]
+    assert sorted(reference_line(noisy[:1] + clean, "acc")) == [0.50, 0.95]  # FedAvg alone: every setting

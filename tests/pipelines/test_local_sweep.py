@@ -10,6 +10,7 @@ import pytest
 from google.protobuf import json_format
 from mlflow import MlflowClient
 
+from fedcore.cli.quickstart import write_run_report
 from fedcore.errors import ConfigError
 from fedcore.pipeline.plan import SweepSpec, plan_sweep, shared_data
 from fedcore.registries import config_from_dict
@@ -64,7 +65,7 @@ def test_the_folded_shape_loops_over_each_settings_slots(tmp_path):
 def test_a_folded_local_sweep_trains_every_run_in_one_task_on_its_settings_dataset(tmp_path):
     cfg = _cfg(tmp_path)
     pipeline = build_pipeline("sweep", cfg, PipelineOptions(sweep=SPEC, parallelism=2, fold=True))
-    run_local(pipeline, tmp_path / "root", echo=False)
+    result = run_local(pipeline, tmp_path / "root", echo=False)
 
     (compared,) = (tmp_path / "root").glob("kfp/**/compare/figures/compare.json")
     records = json.loads(compared.read_text())["runs"]
@@ -87,3 +88,7 @@ def test_a_folded_local_sweep_trains_every_run_in_one_task_on_its_settings_datas
     assert parent.info.status == "FINISHED"
     table = json.loads(open(client.download_artifacts(parent.info.run_id, "summary/compare_table.json")).read())
     assert sorted(row[0] for row in table["data"]) == ["fedavg · clean", "fedavg · noisy", "fedsir · noisy"]
+    # make run's report: the curves of every run, from the runs' checkpoint artifacts.
+    report = write_run_report(result.run_dir, tmp_path / "report")
+    assert "3 runs in 3 groups" in report.read_text()
+    assert (tmp_path / "report" / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
