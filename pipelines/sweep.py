@@ -39,55 +39,19 @@ def build(cfg: ExperimentConfig, res: PipelineResources | None = None, spec: Swe
     """The sweep pipeline: settings x methods x seeds of `spec` over `cfg` plus `overrides` (the inputs' defaults).
 
     fold: the local shape (module docstring); parallelism then bounds the runs trained at once."""
-    res = res or PipelineResources()
+    res, spec = res or PipelineResources(), spec or SweepSpec()
     base = shared_data(apply(cfg, overrides))
-    plans = plan_sweep(base, spec or SweepSpec())
-    if fold:
-        return _folded(cfg, res, plans, base, spec or SweepSpec(), parallelism, overrides)
-    if any(p.restricted for p in plans):
+    plans = plan_sweep(base, spec)
+    if not fold and any(p.restricted for p in plans):
         raise ConfigError("setting_methods needs the folded local sweep (fedcore pipeline run sweep --local --fold); "
                           "on a cluster, sweep the restricted setting in its own pipeline")
-    axes = sweep_axes(base, spec or SweepSpec())
-    methods_default, seeds_default = list(axes[0]), list(axes[1])
-    settings_default = [p.item() for p in plans]
-    config_default, default_overrides = config_input(cfg), list(overrides)
-    runs = plans[0].runs  # the same (method, seed, stages) in every setting
-    many_seeds = len({r.seed for r in runs}) > 1
-
-    @dsl.pipeline(name="fedcore-sweep", description=f"{len(plans)} settings x {len(runs)} runs on {base.data.name}")
-    def sweep(config: str = config_default, overrides: list = default_overrides,  # noqa: B006 (kfp reads defaults)
-              methods: list = methods_default, seeds: list = seeds_default,  # noqa: B006
-              settings: list = settings_default):  # noqa: B006
-        inputs = {"config": config, "overrides": overrides}
-        with dsl.ExitHandler(exit_task(res, config, overrides, settings), name="sweep"):
-            parent = start_tracking(**inputs, pipeline="sweep", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                                    methods=methods, settings=settings)
-            track = light(parent, res, "start-tracking", cache=False).outputs["tracking"]
-            with dsl.ParallelFor(settings, parallelism=parallelism) as item:
-                prep = light(prepare_data(**inputs, setting=item), res, "prepare-data")
-                rows = "[]"
-                for i, run in enumerate(runs):
-                    label = f"{run.method}-s{run.seed}" if many_seeds else run.method
-                    slot = {**inputs, "setting": item, "methods": methods, "seeds": seeds, "slot": i,
-                            "slots": len(runs)}
-                    last = stage_chain(res, label, run.stages, prep.outputs["dataset"], track, **slot)
-                    ev = evaluation(res, label, last, prep.outputs["dataset"], prep.outputs["report"], track,
-                                    rows=rows, **slot)
-                    rows = ev.outputs["Output"]
-            table = compare(**inputs, rows=dsl.Collected(rows), tracking=track)
-            light(table, res, "compare", cache=False)
-
-    return sweep
-
-
-def _folded(cfg: ExperimentConfig, res: PipelineResources, plans, base: ExperimentConfig, spec: SweepSpec,
-            parallelism: int, overrides: tuple[str, ...]):
     methods_default, seeds_default = (list(a) for a in sweep_axes(base, spec)[:2])
     settings_default = [p.item() for p in plans]
     config_default, default_overrides = config_input(cfg), list(overrides)
-    slots = len(plans[0].runs)
+    body = _folded_body if fold else _loop_body
 
-    @dsl.pipeline(name="fedcore-sweep", description=f"{len(plans)} settings x {slots} runs on {base.data.name}")
+    @dsl.pipeline(name="fedcore-sweep",
+                  description=f"{len(plans)} settings x {len(plans[0].runs)} runs on {base.data.name}")
     def sweep(config: str = config_default, overrides: list = default_overrides,  # noqa: B006 (kfp reads defaults)
               methods: list = methods_default, seeds: list = seeds_default,  # noqa: B006
               settings: list = settings_default):  # noqa: B006
@@ -96,18 +60,43 @@ def _folded(cfg: ExperimentConfig, res: PipelineResources, plans, base: Experime
             parent = start_tracking(**inputs, pipeline="sweep", job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                                     methods=methods, settings=settings)
             track = light(parent, res, "start-tracking", cache=False).outputs["tracking"]
-            earlier, fan_in = "[]", None
-            for plan in plans:
-                if fan_in is not None:
-                    earlier = light(merge_rows(rows=fan_in, previous=earlier), res, "merge-rows").output
-                prep = light(prepare_data(**inputs, setting=plan.item()), res, f"prepare-data-{plan.name}")
-                with dsl.ParallelFor(list(plan.active), parallelism=parallelism) as slot:
-                    run = train_evaluate(**inputs, setting=plan.item(), methods=methods, seeds=seeds, slot=slot,
-                                         slots=slots, dataset=prep.outputs["dataset"], report=prep.outputs["report"],
-                                         tracking=track)
-                    training(run, res, f"{plan.name}-run")
-                fan_in = dsl.Collected(run.outputs["Output"])
-            table = compare(**inputs, rows=fan_in, more_rows=earlier, tracking=track)
-            light(table, res, "compare", cache=False)
+            rows = body(res, plans, parallelism, inputs, methods, seeds, settings, track)
+            light(compare(**inputs, **rows, tracking=track), res, "compare", cache=False)
 
     return sweep
+
+
+def _loop_body(res: PipelineResources, plans, parallelism: int, inputs: dict, methods, seeds, settings,
+               track) -> dict:
+    """The cluster's shape: a ParallelFor over the settings input, one task per stage; compare's rows."""
+    runs = plans[0].runs  # the same (method, seed, stages) in every setting
+    many_seeds = len({r.seed for r in runs}) > 1
+    with dsl.ParallelFor(settings, parallelism=parallelism) as item:
+        prep = light(prepare_data(**inputs, setting=item), res, "prepare-data")
+        rows = "[]"
+        for i, run in enumerate(runs):
+            label = f"{run.method}-s{run.seed}" if many_seeds else run.method
+            slot = {**inputs, "setting": item, "methods": methods, "seeds": seeds, "slot": i, "slots": len(runs)}
+            last = stage_chain(res, label, run.stages, prep.outputs["dataset"], track, **slot)
+            ev = evaluation(res, label, last, prep.outputs["dataset"], prep.outputs["report"], track, rows=rows,
+                            **slot)
+            rows = ev.outputs["Output"]
+    return {"rows": dsl.Collected(rows)}
+
+
+def _folded_body(res: PipelineResources, plans, parallelism: int, inputs: dict, methods, seeds, settings,
+                 track) -> dict:
+    """The local shape: per setting (unrolled), its dataset, then a ParallelFor over the slots it trains,
+    one task per run; compare's rows (the last setting's fan-in, the earlier ones merged)."""
+    earlier, fan_in = "[]", None
+    for plan in plans:
+        if fan_in is not None:
+            earlier = light(merge_rows(rows=fan_in, previous=earlier), res, "merge-rows").output
+        prep = light(prepare_data(**inputs, setting=plan.item()), res, f"prepare-data-{plan.name}")
+        with dsl.ParallelFor(list(plan.active), parallelism=parallelism) as slot:
+            run = train_evaluate(**inputs, setting=plan.item(), methods=methods, seeds=seeds, slot=slot,
+                                 slots=len(plan.runs), dataset=prep.outputs["dataset"],
+                                 report=prep.outputs["report"], tracking=track)
+            training(run, res, f"{plan.name}-run")
+        fan_in = dsl.Collected(run.outputs["Output"])
+    return {"rows": fan_in, "more_rows": earlier}
