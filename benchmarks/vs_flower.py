@@ -168,11 +168,11 @@ def report(result: dict) -> dict:
         gap = abs(line["acc_flower"] - line["acc_fedcore"])
         if gap > 0.01:
             line["gap_note"] = (
-                f"last-10 differs by {gap * 100:.1f} points: same algorithm and data, different shuffles "
-                f"(Flower's clients use their own generators); fedcore's two executors, on the same shuffles, "
-                f"differ by {abs(line['acc_fedcore'] - line['acc_fedcore_sequential']) * 100:.1f} points: at 0.9 "
-                "symmetric noise in the memorization regime the last rounds swing by several points with the "
-                "batch order")
+                f"last-10 differs by {gap * 100:.1f} points. Same algorithm, data, init and hyper-parameters; what "
+                "differs is the batch order (Flower's clients draw their shuffles from their own generators, "
+                "fedcore's from the engine's per-client ones). For scale: fedcore's two executors, on identical "
+                f"shuffles, differ by {abs(line['acc_fedcore'] - line['acc_fedcore_sequential']) * 100:.1f} points "
+                "(float rounding only).")
     line["rows"] = result["rows"]
     return line
 
