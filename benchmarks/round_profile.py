@@ -33,6 +33,8 @@ SHARES = {
                                               ("metrics/classification.py", "confusion")],
     "tracking and progress (callbacks after_round)": [("tracking/callback.py", "after_round"),
                                                       ("reporting/progress.py", "after_round")],
+    "tracking run start and end (MLflow run, artifacts)": [("tracking/callback.py", "on_run_start"),
+                                                            ("tracking/callback.py", "on_run_end")],
     "checkpoints (Checkpointer.save)": [("engine/checkpoint.py", "save")],
     "data load (load_or_build_data)": [("fedcore/run.py", "load_or_build_data")],
     "run_experiment (everything after imports)": [("fedcore/run.py", "run_experiment")],
