@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install lint pytest clean lock
+.PHONY: run test install lint pytest clean lock bench-peers
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,5 +34,19 @@ test: lint pytest
 lock:
 	$(PYTHON) scripts/lock.py
 
+# FedAvg in Flower's simulation engine against fedcore's two executors, same work (docs/performance.md).
+# Flower comes from the `bench` extra's pin, installed once into .bench-pkgs/ (FLWR_PATH=DIR: one you have).
+# The CNN runs CNN_ROUNDS rounds of CNN_EPOCHS local epochs (the preset's 40 x 5 is hours per framework on one
+# thread).
+FLWR_PATH ?= $(CURDIR)/.bench-pkgs
+CNN_ROUNDS ?= 3
+CNN_EPOCHS ?= 1
+bench-peers: $(STAMP)
+	bash scripts/ensure-datasets.sh
+	@PYTHONPATH=$(FLWR_PATH) $(PY) -c "import flwr" 2>/dev/null || $(PY) -m pip install -q --target $(FLWR_PATH) \
+		"$$($(PY) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"][0])')"
+	FLWR_PATH=$(FLWR_PATH) $(PY) benchmarks/vs_flower.py --model mlp
+	FLWR_PATH=$(FLWR_PATH) $(PY) benchmarks/vs_flower.py --model cnn --rounds $(CNN_ROUNDS) -s train.local_epochs=$(CNN_EPOCHS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis runs
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis runs .bench-pkgs

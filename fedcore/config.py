@@ -164,7 +164,9 @@ class TrainConfig(Strict):
         None, ge=1, description="CPU threads for this run (torch and the BLAS pools of numpy, scipy and "
         "scikit-learn); small models on busy machines run faster with 1"
     )
-    eval_every: Int = Field(1, ge=1)
+    eval_every: Int = Field(
+        1, ge=1, description="evaluate (test metrics, memorization, probes) every k rounds and in each stage's "
+        "last 10 rounds, so final/acc and final/acc_last10 keep their meaning; 1 = every round")
     checkpoint_every: Int = Field(0, ge=0, description="0 = only at stage ends")
     early_stop_patience: Int = Field(
         0, ge=0, description="evaluations without a better val/acc (val/mAP); needs data.validation; 0 = off")

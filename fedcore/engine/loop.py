@@ -15,6 +15,9 @@ from fedcore.engine.store import ClientStateStore
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, Method, RunContext, ServerState, Stage
 from fedcore.errors import DivergedError
 
+# The window of final/acc_last10 (fedcore.metrics.classification.summarize_history): with train.eval_every > 1
+# a stage's last LAST_WINDOW rounds are still all evaluated.
+LAST_WINDOW = 10
 PERSONAL = "__personal__"  # engine-owned key in client state: parameters that are never aggregated
 
 Evaluator = Callable[[torch.nn.Module, int], dict[str, float]]
@@ -147,7 +150,10 @@ class RoundLoop:
             state, metrics, extra = out
             loop.extras.update(extra)
             final = state.stage_round >= stage.rounds
-            if stage.evaluate and self.evaluator and (state.rnd % self.eval_every == 0 or final):
+            # Every eval_every-th round, and every one of a stage's last LAST_WINDOW rounds: final/acc and
+            # final/acc_last10 then mean what they mean at eval_every 1 (the best round is the best evaluated).
+            tail = stage.rounds - state.stage_round < LAST_WINDOW
+            if stage.evaluate and self.evaluator and (state.rnd % self.eval_every == 0 or final or tail):
                 metrics.update(self.evaluator(self.method.eval_model(state), state.rnd))
                 last_eval = state.rnd
             metrics = {"round": float(state.rnd), **metrics}
