@@ -25,6 +25,6 @@ export LAM3
 # Seed 0's v3 row is the chosen run itself, not a second copy of it.
 if [ ! -d "$OUT/scenes_v3/v3/s0" ]; then mkdir -p "$OUT/scenes_v3/v3"; cp -r "$OUT/scenes_v3/v3_lam$LAM3/s0" "$OUT/scenes_v3/v3/s0"; fi
 for seed in $SEEDS; do
-  ONLY="fedavg fedprox v3 fedharmony v3_ecl v3_caa fedavg_iid" bash "$FH" "$OUT" "$seed" > /dev/null
+  ONLY="fedavg fedprox fedavg_iid v3 v3_caa v3_ecl fedharmony" bash "$FH" "$OUT" "$seed" > /dev/null
 done
 ONLY="fedavg fedavg_iid fedprox fedharmony v3 v3_ecl v3_caa v3_lam0.1 v3_lam1 v3_lam10" bash "$FH" "$OUT" $SEEDS
