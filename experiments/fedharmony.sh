@@ -5,6 +5,8 @@
 #   scenes_v3       configs/fmnist/fedharmony_scenes_v3.yaml: scenes_v3 (spec v3 bed), 10% of each client's
 #                   data held out for validation (lam is chosen on val/mAP, never on test)
 #                   (FMNIST_ROOT=/work/data/fmnist passes data.root; unset: the loader's own search)
+#   scenes_v3_d3_{10x400,100x40,500x8}  D3 of the v3 notes: the v3 bed at clients x samples per client,
+#                   equal sizes, 50 clients a round (10x400: all 10)
 #   occluded        smoke scale: digits_mosaic preset (occlude 0.5, pixel_noise 64), spec-v1 FedHarmony
 #   clean           smoke scale: the same with undegraded tiles (occlude 0, pixel_noise 0)
 #   matching        smoke scale: occluded tiles, 5 favoured pairs per group (no marginal skew)
@@ -26,11 +28,20 @@ MOSAIC=configs/fedharmony_digits_mosaic.yaml
 declare -A CFG=(
   [scenes_digits]=configs/fedharmony_scenes_digits.yaml [scenes_fmnist]=configs/fmnist/fedharmony_scenes.yaml
   [scenes_v3]=configs/fmnist/fedharmony_scenes_v3.yaml
+  [scenes_v3_d3_10x400]=configs/fmnist/fedharmony_scenes_v3.yaml
+  [scenes_v3_d3_100x40]=configs/fmnist/fedharmony_scenes_v3.yaml
+  [scenes_v3_d3_500x8]=configs/fmnist/fedharmony_scenes_v3.yaml
   [occluded]=$MOSAIC [clean]=$MOSAIC [matching]=$MOSAIC
 )
 declare -A DATA=(
   [scenes_digits]="" [scenes_fmnist]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT}"
   [scenes_v3]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT} -s data.validation.fraction=0.1"
+  [scenes_v3_d3_10x400]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT} -s data.validation.fraction=0.1 \
+    -s data.params.groups=10 -s partition.num_clients=10 -s data.params.size_sigma=0 -s train.client_fraction=1.0"
+  [scenes_v3_d3_100x40]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT} -s data.validation.fraction=0.1 \
+    -s data.params.size_sigma=0"
+  [scenes_v3_d3_500x8]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT} -s data.validation.fraction=0.1 \
+    -s data.params.groups=500 -s partition.num_clients=500 -s data.params.size_sigma=0 -s train.client_fraction=0.1"
   [occluded]="${OCCLUDED_DATA:-}"  # the preset; OCCLUDED_DATA overrides it (e.g. the heavier level)
   [clean]="-s data.params.occlude=0 -s data.params.pixel_noise=0"
   # Co-occurrence drift alone: each group's 5 favoured pairs cover all 10 digits.
@@ -64,6 +75,7 @@ declare -A NAMES=(
   [scenes_digits]="fedavg fedavg_iid fedprox fedharmony no_consensus no_caa v1"
   [scenes_fmnist]="fedavg fedavg_iid fedprox fedharmony no_consensus no_caa v1"
   [scenes_v3]="fedavg fedavg_iid fedprox fedharmony v3 v3_ecl v3_caa"
+  [scenes_v3_d3_10x400]="fedavg v3_ecl" [scenes_v3_d3_100x40]="fedavg v3_ecl" [scenes_v3_d3_500x8]="fedavg v3_ecl"
   [occluded]="fedavg fedavg_iid fedprox fedharmony no_consensus no_caa no_blocks"
   [clean]="fedavg fedavg_iid fedprox fedharmony no_consensus no_caa no_blocks lam0.1 lam0.01"
   [matching]="fedavg fedavg_iid fedprox fedharmony no_consensus"
