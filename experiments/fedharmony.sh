@@ -2,7 +2,11 @@
 # Reproduce docs/results/notes/fedharmony.md. Settings (SETTINGS picks; default: the two scenes presets):
 #   scenes_digits   configs/fedharmony_scenes_digits.yaml: scenes_mosaic, digit tiles
 #   scenes_fmnist   configs/fmnist/fedharmony_scenes.yaml: scenes_mosaic, Fashion-MNIST tiles
+#   scenes_v3       configs/fmnist/fedharmony_scenes_v3.yaml: scenes_v3 (spec v3 bed), 10% of each client's
+#                   data held out for validation (lam is chosen on val/mAP, never on test)
 #                   (FMNIST_ROOT=/work/data/fmnist passes data.root; unset: the loader's own search)
+#   scenes_v3_d3_{10x400,100x40,500x8}  D3 of the v3 notes: the v3 bed at clients x samples per client,
+#                   equal sizes, 50 clients a round (10x400: all 10)
 #   occluded        smoke scale: digits_mosaic preset (occlude 0.5, pixel_noise 64), spec-v1 FedHarmony
 #   clean           smoke scale: the same with undegraded tiles (occlude 0, pixel_noise 0)
 #   matching        smoke scale: occluded tiles, 5 favoured pairs per group (no marginal skew)
@@ -23,15 +27,29 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # tiny models: extra threads only 
 MOSAIC=configs/fedharmony_digits_mosaic.yaml
 declare -A CFG=(
   [scenes_digits]=configs/fedharmony_scenes_digits.yaml [scenes_fmnist]=configs/fmnist/fedharmony_scenes.yaml
+  [scenes_v3]=configs/fmnist/fedharmony_scenes_v3.yaml
+  [scenes_v3_d3_10x400]=configs/fmnist/fedharmony_scenes_v3.yaml
+  [scenes_v3_d3_100x40]=configs/fmnist/fedharmony_scenes_v3.yaml
+  [scenes_v3_d3_500x8]=configs/fmnist/fedharmony_scenes_v3.yaml
   [occluded]=$MOSAIC [clean]=$MOSAIC [matching]=$MOSAIC
 )
 declare -A DATA=(
   [scenes_digits]="" [scenes_fmnist]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT}"
+  [scenes_v3]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT} -s data.validation.fraction=0.1"
+  [scenes_v3_d3_10x400]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT} -s data.validation.fraction=0.1 \
+    -s data.params.groups=10 -s partition.num_clients=10 -s data.params.size_sigma=0 -s train.client_fraction=1.0"
+  [scenes_v3_d3_100x40]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT} -s data.validation.fraction=0.1 \
+    -s data.params.size_sigma=0"
+  [scenes_v3_d3_500x8]="${FMNIST_ROOT:+-s data.root=$FMNIST_ROOT} -s data.validation.fraction=0.1 \
+    -s data.params.groups=500 -s partition.num_clients=500 -s data.params.size_sigma=0 -s train.client_fraction=0.1"
   [occluded]="${OCCLUDED_DATA:-}"  # the preset; OCCLUDED_DATA overrides it (e.g. the heavier level)
   [clean]="-s data.params.occlude=0 -s data.params.pixel_noise=0"
   # Co-occurrence drift alone: each group's 5 favoured pairs cover all 10 digits.
   [matching]="${OCCLUDED_DATA:-} -s data.params.pairs_per_group=5"
 )
+V3="-s method.params.timing=start -s method.params.teacher=pooled -s method.params.weighting=abs \
+  -s method.params.diagonal=true -s method.params.scale=sum -s method.params.lam_schedule=caa \
+  -s method.params.gamma_by=median -s method.params.mask_unannotated=true"
 BASELINE="-s method.params={}"  # the FedHarmony presets carry method.params that baselines refuse
 declare -A VARIANTS=(
   [fedavg]="-s method.name=fedavg $BASELINE"
@@ -45,10 +63,19 @@ declare -A VARIANTS=(
   [lam0.1]="-s method.params.lam=0.1"  # sensitivity of the alignment weight (spec: 1.0)
   [lam0.01]="-s method.params.lam=0.01"
   [lam10]="-s method.params.lam=10"
+  # Spec v3's readings together (fedharmony_params.py lists v2 -> v3); LAM3 picks its lam (validation).
+  [v3]="$V3 -s method.params.lam=${LAM3:-1.0}"
+  [v3_ecl]="$V3 -s method.params.lam=${LAM3:-1.0} -s method.params.caa=false"  # ECL alone
+  [v3_caa]="$V3 -s method.params.consensus=false"  # CAA alone
+  [v3_lam0.1]="$V3 -s method.params.lam=0.1"
+  [v3_lam1]="$V3 -s method.params.lam=1"
+  [v3_lam10]="$V3 -s method.params.lam=10"
 )
 declare -A NAMES=(
   [scenes_digits]="fedavg fedavg_iid fedprox fedharmony no_consensus no_caa v1"
   [scenes_fmnist]="fedavg fedavg_iid fedprox fedharmony no_consensus no_caa v1"
+  [scenes_v3]="fedavg fedavg_iid fedprox fedharmony v3 v3_ecl v3_caa"
+  [scenes_v3_d3_10x400]="fedavg v3_ecl" [scenes_v3_d3_100x40]="fedavg v3_ecl" [scenes_v3_d3_500x8]="fedavg v3_ecl"
   [occluded]="fedavg fedavg_iid fedprox fedharmony no_consensus no_caa no_blocks"
   [clean]="fedavg fedavg_iid fedprox fedharmony no_consensus no_caa no_blocks lam0.1 lam0.01"
   [matching]="fedavg fedavg_iid fedprox fedharmony no_consensus"
@@ -84,7 +111,7 @@ import json, sys
 from pathlib import Path
 from fedcore.reporting.compare import mean_std
 root, seeds = Path(sys.argv[1]), sys.argv[2].split()
-keys = [("final/mAP", "mAP"), ("final/mAP_last10", "mAP last10"), ("last/test/OmAP", "O-mAP"),
+keys = [("final/mAP", "mAP"), ("final/val_mAP_best", "val mAP best"), ("final/mAP_last10", "mAP last10"), ("last/test/OmAP", "O-mAP"),
         ("last/test/CF1", "CF1"), ("last/test/OF1", "OF1"),
         ("last/test/corr_dist", "corr dist"), ("last/test/corr_dist_hard", "corr dist (0.5)")]
 def summary(run, seed):

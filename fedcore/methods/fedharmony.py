@@ -2,7 +2,7 @@
 
 "FedHarmony: Harmonizing Heterogeneous Label Correlations in Federated Multi-Label
 Learning." CVPR 2026, arXiv:2604.28024. No public code; this follows the spec
-(docs: /work/shared/spec/fedharmony.md, with its v2 notes).
+(docs: /work/shared/spec/fedharmony.md, with its v2 and v3 notes).
 
 Each round, client k trains with BCE + lam * Psi over the blocks S_g of
 R_k - R*_k, R_k being the phi correlation of its sigmoid outputs
@@ -12,6 +12,11 @@ server forms every client's teacher from the other clients' latest R_j, re-deriv
 blocks, and aggregates with CAA weights w_k = alpha(t) nbar_k + (1 - alpha(t)) qbar_k,
 q_k = exp(-gamma s_k), s_k the block gap between the uploaded R_k and R*_k,
 alpha(t) = max(0, 1 - t / T0).
+
+Spec v3's readings are params, v2 the defaults; `fedharmony_params.py` lists v2 -> v3. With
+`timing: start` the round opens with a probe: the global model scores every sampled client's
+data, the clients upload R_k (and, for `teacher: pooled`, their marginals and pair moments), and
+the server returns this round's teachers and blocks before anyone trains.
 
 Switches (the paper's ablation): `consensus` (the ECL alignment term; off = plain BCE
 locally), `caa` (off = sample-count weights), `blocks` (off = align the full matrix).
@@ -36,66 +41,64 @@ Choices (the paper leaves them open; all are params):
 - consensus operator A: sample-count weighted mean of the other clients' R_j (`teacher:
   median` for the elementwise median);
 - lam = 1.0; gamma = 1.0; G = ceil(C / 4); T0 = T / 2 with T = train.rounds (`t0_fraction`);
-- R_k uploaded is computed with the client's *trained* local model f_k on all its data;
-- the teacher used in round t was formed at the end of round t-1 (one exchange per round,
-  so round 0 trains without alignment); the server forms it from the same uploads it
-  weighs with CAA, so s_k is measured against the consensus of round t;
-- the diagonal of R is left out of the alignment and of s_k (for soft scores it measures
-  confidence, not co-occurrence);
+- timing 'upload' (v2): R_k uploaded is computed with the client's *trained* local model f_k
+  on all its data, and the teacher used in round t was formed at the end of round t-1 (one
+  exchange per round, so round 0 trains without alignment); the server forms it from the same
+  uploads it weighs with CAA, so s_k is measured against the consensus of round t. Timing
+  'start' (v3) is the summary's order, at the cost of a second exchange per round;
+- the diagonal of R is left out of the alignment and of s_k by default (for soft scores it
+  measures confidence, not co-occurrence; `diagonal: true` keeps it);
 - blocks are recomputed every round per client from |R*_k|, with
   SpectralClustering(affinity="precomputed", random_state=seed).
 
-Departures: a client's latest R_k stays in the server's memory and keeps feeding the
-other clients' teachers while that client is not sampled (partial participation); the
-paper samples clients in proportion to data size on FLAIR, here the engine's sampler
-decides.
+Departures: `teacher: pooled` uploads each client's label-score marginals and pair moments,
+which the summary does not send (it needs them for the phi of the pooled data); `mask_unannotated`
+is common practice under missing labels, not the summary's. A client's latest R_k stays in
+the server's memory and keeps feeding the other clients' teachers while that client is not
+sampled (partial participation); the paper samples clients in proportion to data size on
+FLAIR, here the engine's sampler decides.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
 
-from fedcore.config import tune_range
+from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundMetrics, RoundPlan, ServerState
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
-from fedcore.methods.registry import MethodParams, register
+from fedcore.methods.fedharmony_params import FedHarmonyParams
+from fedcore.methods.registry import register
 from fedcore.stats.correlation import (
     alignment_gap,
     alpha_schedule,
     block_mask,
     caa_weights,
     default_num_blocks,
-    leave_one_out,
     phi_correlation,
     refreshed_phi,
     scale_grad,
     spectral_blocks,
 )
+from fedcore.stats.correlation_v3 import (
+    annotated,
+    block_norm,
+    consensus,
+    ecl_diagnostics,
+    entry_weights,
+    masked_bce,
+    relative_gamma,
+    score_moments,
+)
 from fedcore.train.local import predict_client
+from fedcore.train.params import load_params_
 
-
-class FedHarmonyParams(MethodParams):
-    lam: float = Field(1.0, ge=0.0, description="weight of the consensus alignment loss",
-                       json_schema_extra=tune_range(0.01, 2.0, log=True))
-    gamma: float = Field(1.0, ge=0.0, description="CAA quality temperature: q_k = exp(-gamma s_k)",
-                         json_schema_extra=tune_range(0.1, 10.0, log=True))
-    num_blocks: int | None = Field(None, ge=1, description="G label blocks; default ceil(C / 4)")
-    t0_fraction: float = Field(0.5, gt=0.0, description="T0 = t0_fraction * train.rounds in alpha(t)")
-    teacher: Literal["mean", "median"] = Field("mean", description="leave-one-out consensus operator")
-    consensus: bool = Field(True, description="ECL: align local correlation with the consensus teacher")
-    caa: bool = Field(True, description="correlation-aware aggregation (off: sample-count weights)")
-    blocks: bool = Field(True, description="align within spectral blocks (off: the full matrix)")
-    eps: float = Field(1e-6, gt=0.0, description="phi correlation denominator guard")
-    estimate: Literal["whole", "batch"] = Field(
-        "whole", description="R_k in the loss: whole local set refreshed per step, or the mini-batch alone (spec v1)")
-    scale: Literal["entry", "sum"] = Field(
-        "entry", description="alignment Psi: mean squared gap per aligned entry, or the sum (spec v1)")
+__all__ = ["FedHarmony", "FedHarmonyParams"]
 
 
 @register("fedharmony", params=FedHarmonyParams)
@@ -103,32 +106,97 @@ class FedHarmony(StagedMethod):
     def init(self, ctx):
         if ctx.task != "multi":
             raise ConfigError("method 'fedharmony' needs a multi-label dataset (e.g. digits_mosaic, voc2007)")
+        if self.params.gap_from == "start" and self.params.timing != "start":
+            raise ConfigError("fedharmony: gap_from: start needs timing: start")
+        tr = self.cfg.train
+        # The engine's own draw (same seed and warm-up), so the probe asks exactly the clients that train.
+        self.sampler = ClientSampler(len(ctx.clients), tr.client_fraction, self.cfg.seed, tr.warmup_rounds)
+        self._scores: dict[tuple[int, int], torch.Tensor] = {}
         return super().init(ctx)
 
     def init_extra(self) -> dict[str, Any]:
-        # stats: cid -> latest uploaded R_k; teachers / blocks: cid -> R*_k and its label blocks.
-        return {"stats": {}, "sizes": {}, "teachers": {}, "blocks": {}}
+        # stats: cid -> latest R_k (moments: its (p, joint) for teacher 'pooled'); caa_w: cid -> its
+        # last CAA weight in sample units; teachers / blocks: cid -> R*_k and its label blocks.
+        return {"stats": {}, "moments": {}, "sizes": {}, "caa_w": {}, "teachers": {}, "blocks": {}}
+
+    def _lam(self, state: ServerState) -> float:
+        if self.params.lam_schedule == "caa":
+            return self.params.lam * (1.0 - alpha_schedule(state.stage_round, self._t0()))
+        return self.params.lam
+
+    def _t0(self) -> float:
+        return self.params.t0_fraction * self.cfg.train.rounds
 
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan:
-        return RoundPlan(stage=state.stage, instructions={"teachers": state.extra["teachers"],
+        ins = {"lam": self._lam(state)}
+        if self.params.timing == "start":
+            self._scores.clear()  # a probe's scores serve its own round only
+            cohort = self.sampler.sample(rnd)
+            return RoundPlan(stage=state.stage, cohort=cohort, probe=cohort, instructions=ins)
+        return RoundPlan(stage=state.stage, instructions={**ins, "teachers": state.extra["teachers"],
                                                           "blocks": state.extra["blocks"]})
+
+    # -- round-start probe (timing: start) ----------------------------------------------------
+    def client_probe(self, task: ClientTask) -> ClientUpdate:
+        """The global model's scores of the client's data -> R_k (and moments for 'pooled')."""
+        load_params_(self.model, task.params)
+        logits = predict_client(self.model, task.data)
+        # Kept for before_local of this same round: the model it loads is the same global one.
+        self._scores[(task.cid, task.rnd)] = logits
+        probs = torch.sigmoid(logits).double()
+        ups = {"corr": phi_correlation(probs, eps=self.params.eps).cpu().numpy()}
+        if self.params.teacher == "pooled":
+            ups["moments"] = score_moments(probs.cpu().numpy())
+        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=ups)
+
+    def after_probe(self, state: ServerState, plan: RoundPlan, answers: Sequence[ClientUpdate]) -> RoundPlan:
+        extra = self._remember(state.extra, answers)
+        teachers = self._teachers(extra, [a.cid for a in answers])
+        blocks = {k: self._blocks(t) for k, t in teachers.items()}
+        ins = {**plan.instructions, "teachers": teachers, "blocks": blocks, "memory": extra}
+        return dataclasses.replace(plan, instructions=ins)
+
+    def _remember(self, extra, ups: Sequence[ClientUpdate]) -> dict[str, Any]:
+        out = {**extra, "stats": {**extra["stats"], **{u.cid: u.uploads["corr"] for u in ups}},
+               "sizes": {**extra["sizes"], **{u.cid: u.num_examples for u in ups}}}
+        if self.params.teacher == "pooled":
+            out["moments"] = {**extra["moments"], **{u.cid: u.uploads["moments"] for u in ups}}
+        return out
+
+    def _teachers(self, extra, clients) -> dict[int, np.ndarray]:
+        return consensus(extra["stats"], extra["sizes"], clients, self.params.teacher, moments=extra["moments"],
+                         weights=extra["caa_w"], eps=self.params.eps)
 
     # -- client -----------------------------------------------------------------------------
     def before_local(self, task: ClientTask) -> dict[str, Any]:
+        p, dev = self.params, self.ctx.device
+        extras: dict[str, Any] = {}
+        if p.mask_unannotated:
+            extras["keep"] = annotated(task.data.labels)
         teacher = task.instructions.get("teachers", {}).get(task.cid)
-        if not self.params.consensus or self.params.lam == 0 or teacher is None:
-            return {}
-        dev = self.ctx.device
-        mask = self._mask(task.instructions["blocks"].get(task.cid))
-        extras = {"teacher": torch.as_tensor(teacher, dtype=torch.float32, device=dev),
-                  "mask": torch.as_tensor(mask, dtype=torch.float32, device=dev)}
-        if self.params.estimate == "whole":  # every local sample's scores at the round start
-            extras["table"] = torch.sigmoid(predict_client(self.model, task.data)).double()
+        lam = float(task.instructions.get("lam", p.lam))
+        if not p.consensus or lam == 0 or teacher is None:
+            return extras
+        weights = self._weights(teacher, task.instructions["blocks"].get(task.cid))
+        extras.update(teacher=torch.as_tensor(teacher, dtype=torch.float32, device=dev), lam=lam,
+                      mask=torch.as_tensor(weights, dtype=torch.float32, device=dev))
+        if p.estimate == "whole" or p.diagnostics:  # every local sample's scores at the round start
+            logits = self._scores.pop((task.cid, task.rnd), None)
+            logits = predict_client(self.model, task.data) if logits is None else logits
+            if p.estimate == "whole":
+                extras["table"] = torch.sigmoid(logits).double()
+            if p.diagnostics:
+                d = ecl_diagnostics(logits, task.data.labels, extras["teacher"], extras["mask"], lam,
+                                    keep=extras.get("keep"), per_entry=p.scale == "entry", eps=p.eps)
+                extras["metrics"] = {"harmony/grad_ratio": d["grad_ratio"], "harmony/ecl_opposing": d["opposing"]}
         return extras
 
     def loss(self, model, batch, task, extras) -> torch.Tensor:
         logits = model(batch.x)
-        out = self.base_loss(logits, batch.y)
+        if "keep" in extras:
+            out = masked_bce(logits, batch.y, extras["keep"])
+        else:
+            out = self.base_loss(logits, batch.y)
         if "teacher" in extras:
             f = torch.sigmoid(logits)
             if "table" in extras:
@@ -139,34 +207,54 @@ class FedHarmony(StagedMethod):
             else:
                 r = phi_correlation(f, eps=self.params.eps)
             gap = alignment_gap(r, extras["teacher"], extras["mask"], per_entry=self.params.scale == "entry")
-            out = out + self.params.lam * gap
+            out = out + extras["lam"] * gap
         return out
 
     def after_local(self, task: ClientTask, extras: dict[str, Any]) -> tuple[dict[str, Any], None]:
         probs = torch.sigmoid(predict_client(self.model, task.data))
         r = phi_correlation(probs.double(), eps=self.params.eps).cpu().numpy()
+        ups: dict[str, Any] = {"corr": r}
+        if self.params.teacher == "pooled" and self.params.timing == "upload":
+            ups["moments"] = score_moments(probs.double().cpu().numpy())
         if "teacher" in extras:
             gap = alignment_gap(torch.as_tensor(r), extras["teacher"].cpu().double(), extras["mask"].cpu(),
                                 per_entry=self.params.scale == "entry")
-            extras["metrics"] = {"harmony/client_gap": float(gap)}
-        return {"corr": r}, None
+            extras.setdefault("metrics", {})["harmony/client_gap"] = float(gap)
+        return ups, None
 
     # -- server -----------------------------------------------------------------------------
     def server_update(
         self, state: ServerState, plan: RoundPlan, updates: Sequence[ClientUpdate]
     ) -> tuple[ServerState, RoundMetrics]:
-        stats = {**state.extra["stats"], **{u.cid: u.uploads["corr"] for u in updates}}
-        sizes = {**state.extra["sizes"], **{u.cid: u.num_examples for u in updates}}
-        teachers = leave_one_out(stats, sizes, range(len(self.ctx.clients)), how=self.params.teacher)
-        blocks = {k: self._blocks(t) for k, t in teachers.items()}
-        gaps = np.array([self._gap(u.uploads["corr"], teachers.get(u.cid), blocks.get(u.cid)) for u in updates])
+        p = self.params
+        if p.timing == "start":  # this round's teachers came from the probe; its uploads are the memory
+            extra = plan.instructions["memory"]
+            teachers, blocks = plan.instructions["teachers"], plan.instructions["blocks"]
+            start = extra["stats"]
+            rs = [start[u.cid] if p.gap_from == "start" else u.uploads["corr"] for u in updates]
+            gaps = np.array([self._gap(r, teachers.get(u.cid), blocks.get(u.cid)) for r, u in zip(rs, updates,
+                                                                                                   strict=True)])
+        else:
+            extra = self._remember(state.extra, updates)
+            teachers = self._teachers(extra, range(len(self.ctx.clients)))
+            blocks = {k: self._blocks(t) for k, t in teachers.items()}
+            gaps = np.array([self._gap(u.uploads["corr"], teachers.get(u.cid), blocks.get(u.cid)) for u in updates])
         n = np.array([u.num_examples for u in updates], dtype=np.float64)
-        alpha = alpha_schedule(state.stage_round, self.params.t0_fraction * self.cfg.train.rounds)
-        w = caa_weights(n, gaps, alpha, self.params.gamma) if self.params.caa else n / n.sum()
+        alpha = alpha_schedule(state.stage_round, self._t0())
+        gamma = relative_gamma(gaps, p.gamma) if p.gamma_by == "median" else p.gamma
+        w = caa_weights(n, gaps, alpha, gamma) if p.caa else n / n.sum()
         params = self.aggregate(state, updates, weights=w.tolist())
-        extra = {**state.extra, "stats": stats, "sizes": sizes, "teachers": teachers, "blocks": blocks}
-        scalars = {"harmony/alpha": alpha if self.params.caa else 1.0, "harmony/gap_mean": float(gaps.mean()),
-                   "harmony/weight_max": float(w.max()), "harmony/weight_min": float(w.min())}
+        caa_w = {**extra["caa_w"], **{u.cid: float(wk * n.sum()) for u, wk in zip(updates, w, strict=True)}}
+        c = self.ctx.num_classes
+        norms = [block_norm(teachers[u.cid], block_mask(blocks.get(u.cid), c)) for u in updates if u.cid in teachers]
+        extra = {**extra, "caa_w": caa_w, "teachers": teachers, "blocks": blocks}
+        # CAA's weights each round: their spread and effective number (1 / sum w^2) as a share of K.
+        scalars = {"harmony/alpha": alpha if p.caa else 1.0, "harmony/gap_mean": float(gaps.mean()),
+                   "harmony/gamma": float(gamma), "harmony/weight_max": float(w.max()),
+                   "harmony/weight_min": float(w.min()), "harmony/weight_eff": float(1.0 / np.sum(w * w) / len(w)),
+                   "harmony/lam": float(plan.instructions.get("lam", p.lam))}
+        if norms:
+            scalars["harmony/consensus_block_norm"] = float(np.mean(norms))
         return state.replace(params=params, extra=extra), RoundMetrics(scalars=scalars)
 
     def _blocks(self, teacher: np.ndarray) -> list[np.ndarray] | None:
@@ -175,11 +263,12 @@ class FedHarmony(StagedMethod):
         g = self.params.num_blocks or default_num_blocks(teacher.shape[0])
         return spectral_blocks(teacher, g, seed=self.ctx.seed)
 
-    def _mask(self, blocks: list[np.ndarray] | None) -> np.ndarray:
-        return block_mask(blocks, self.ctx.num_classes)
+    def _weights(self, teacher: np.ndarray, blocks: list[np.ndarray] | None) -> np.ndarray:
+        mask = block_mask(blocks, self.ctx.num_classes, diagonal=self.params.diagonal)
+        return entry_weights(teacher, mask, self.params.weighting)
 
     def _gap(self, r: np.ndarray, teacher: np.ndarray | None, blocks: list[np.ndarray] | None) -> float:
         if teacher is None:
             return 0.0
-        mask = torch.as_tensor(self._mask(blocks))
+        mask = torch.as_tensor(self._weights(teacher, blocks))
         return float(alignment_gap(torch.as_tensor(r), torch.as_tensor(teacher), mask))

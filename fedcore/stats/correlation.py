@@ -127,10 +127,11 @@ def spectral_blocks(r: np.ndarray, num_blocks: int, seed: int) -> list[np.ndarra
     return [np.flatnonzero(labels == b) for b in np.unique(labels)]
 
 
-def block_mask(blocks: Sequence[np.ndarray] | None, num_labels: int) -> np.ndarray:
-    """(C, C) float mask of the within-block, off-diagonal entries; all off-diagonal when blocks is None.
+def block_mask(blocks: Sequence[np.ndarray] | None, num_labels: int, diagonal: bool = False) -> np.ndarray:
+    """(C, C) float mask of the within-block entries; all entries when blocks is None.
 
-    The diagonal is left out: for soft scores it measures confidence, not co-occurrence.
+    The diagonal is left out unless `diagonal` (v2: for soft scores it measures confidence, not
+    co-occurrence; spec v3 keeps it as the summary's Psi does, switchable).
     """
     if blocks is None:
         m = np.ones((num_labels, num_labels))
@@ -139,7 +140,8 @@ def block_mask(blocks: Sequence[np.ndarray] | None, num_labels: int) -> np.ndarr
         for b, labels in enumerate(blocks):
             ids[np.asarray(labels, dtype=np.int64)] = b
         m = (ids[:, None] == ids[None, :]).astype(np.float64)
-    np.fill_diagonal(m, 0.0)
+    if not diagonal:
+        np.fill_diagonal(m, 0.0)
     return m
 
 
