@@ -36,7 +36,9 @@ def client_counts(labels: torch.Tensor, flagged: torch.Tensor, global_pred: torc
 
     global_pred: w^t's class on the weak view; its disagreement with the given label is the
     label-free noise estimate the premise guard compares the flags with. teacher: the revised
-    teacher's logits on the same view, or None without B.
+    teacher's logits on the same view, or None without B. The teacher/student agreement is taken
+    against w^t, the student at the start of the visit (the trained student is not scored again,
+    which would cost a pass over the data); `t_agree_target` against the refined target.
     """
     y, f = labels.long(), flagged.bool()
     est = global_pred != y
