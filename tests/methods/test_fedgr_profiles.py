@@ -1,10 +1,11 @@
 """FedGR's profiles: `authors` is the audited spec v2 bit for bit, `robust` only sets defaults;
 the confident-agreement distillation mask, the lambda_B ramp, and the diagnosis columns.
 
-The golden history (golden/fedgr_authors_history.json) was written by main's code before the
-profiles existed (commit de8ff96): `git archive de8ff96 fedcore tests | tar -x -C /tmp/ref`,
+The golden histories (golden/fedgr_authors_history*.json) were written by main's code before
+the profiles existed (commit de8ff96): `git archive de8ff96 fedcore tests | tar -x -C /tmp/ref`,
 then, in /tmp/ref with PYTHONPATH=., `json.dump(run_experiment(digits_cfg(rounds=4, warmup=2),
-out, data=build_federated_dataset(digits_cfg())).history, f, sort_keys=True)`.
+out, data=build_federated_dataset(digits_cfg())).history, f, sort_keys=True)`, and the same with
+`views="strong"` (RandAugment student, weak teacher and R views: the Fashion-MNIST path).
 """
 
 import json
@@ -23,7 +24,7 @@ from fedcore.run import run_experiment
 from fedcore.train.refine import confident_agreement
 from tests.methods.test_fedgr_method import digits_cfg, fed, make_method, task_for  # noqa: F401 (fixture)
 
-GOLDEN = Path(__file__).parent / "golden" / "fedgr_authors_history.json"
+GOLDEN = Path(__file__).parent / "golden"
 
 
 def _same(a, b) -> bool:
@@ -32,9 +33,13 @@ def _same(a, b) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("params", [{}, {"profile": "authors"}], ids=["unset", "authors"])
-def test_authors_profile_reproduces_mains_history_bit_for_bit(fed, tmp_path, params):  # noqa: F811
-    golden = json.loads(GOLDEN.read_text())
+@pytest.mark.parametrize("params, golden", [
+    ({}, "fedgr_authors_history.json"), ({"profile": "authors"}, "fedgr_authors_history.json"),
+    ({"views": "strong"}, "fedgr_authors_history_strong.json"),
+    ({"profile": "authors", "views": "strong"}, "fedgr_authors_history_strong.json"),
+], ids=["unset", "authors", "unset-strong", "authors-strong"])
+def test_authors_profile_reproduces_mains_history_bit_for_bit(fed, tmp_path, params, golden):  # noqa: F811
+    golden = json.loads((GOLDEN / golden).read_text())
     history = run_experiment(digits_cfg(rounds=4, warmup=2, **params), tmp_path, data=fed).history
     assert len(history) == len(golden) == 4
     for rnd, (new, old) in enumerate(zip(history, golden, strict=True)):
