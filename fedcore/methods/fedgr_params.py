@@ -10,16 +10,19 @@ docs/results/notes/fedgr.md):
 - `sieve_by: class`: the pooled GMM flags whole given classes (label NMI 0.13-0.19 against
   noise NMI 0.06-0.09 on mixed); one GMM per given class brings label NMI to 0.03-0.04 and
   sample F1 from 0.37 to 0.65. It needs the given labels at the server.
-- `sieve_gate: bic`: a fit whose two components do not lower the BIC finds no noisy mode and
-  flags nothing (on clean labels the authors' sieve flags a fifth to two thirds of the samples).
-- `views: plain`: student, teacher and R on the un-augmented image, so the warm-up hands over
-  FedAvg's model (the RandAugment warm-up hands over 51.5% on mixed where FedAvg is at 73%)
-  and the main phase sees the view it was warmed up on (a plain warm-up followed by strong
-  main-phase views fell from 21.4% to 10.2% at the hand-over, sym seed 0).
-- `distill_on: agree`, `tau: 1`, `lambda_b_ramp: 10`: B costs 19-31 points on mixed in every
-  form tried (teacher = w^t, B weighed as the refined CE, plain views); here it acts only where
+- `sieve_gate: bic`: a fit whose two components do not lower the BIC below one Gaussian's has no
+  noisy mode, so it flags nothing. On the Fashion-MNIST surrogates, clean labels included, two
+  components always won, so the gate never fired there.
+- `views: plain`: student, teacher and R on the un-augmented image in both phases. The RandAugment
+  warm-up handed over 51.5% on mixed where FedAvg was at 73%. A plain warm-up followed by strong
+  main-phase views fell from 21.4% to 10.2% at the hand-over (sym, seed 0). On sym, plain views
+  cost what the strong ones had held back: the MLP memorizes.
+- `distill_on: agree`, `tau: 1`, `lambda_b_ramp: 10`: B cost 19-31 points on mixed in every
+  form tried (teacher = w^t, B weighed as the refined CE, plain views). Here it acts only where
   the teacher is confident (>= `distill_conf`) and agrees with the refined target, so a teacher
-  drifting to a few classes cannot pull the student after it.
+  that drifts to a few classes cannot pull the student after it.
+Measured on 3 seeds (docs/results/fedgr.md): mixed 67.3 against the authors' profile's 33.0,
+clean 74.8 against 41.1, sym 26.2 against 27.5. FedAvg: 68.8, 83.4 and 28.0.
 """
 
 from __future__ import annotations
