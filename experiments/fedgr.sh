@@ -35,7 +35,15 @@ if [ "$MODE" = fmnist ]; then
     fm_queue $preset fedgr-no_r -s $P.rep_reg=false
     fm_queue $preset fedgr-classwise -s $P.sieve_by=class  # ours: the diagnosis below
     fm_queue $preset fedgr-plain-no_b -s $P.views=plain -s $P.ema_distill=false  # the best FedGR here
+    fm_queue $preset fedgr-robust -s $P.profile=robust  # fedcore's extension (issue 37)
+    fm_queue $preset fedgr-robust-clean -s $P.profile=robust
   done
+  # The robust profile with the authors' strong views (sym, seed 0): which of its choices costs sym.
+  SEEDS=0 fm_queue fedgr_sym fedgr-robust-strong -s $P.profile=robust -s $P.views=strong
+  # The authors' 10 local epochs on a small CNN: FedAvg and both profiles.
+  fm_queue fedgr_sym_cnn fedavg -s method.name=fedavg "-s method.params={}" "-s train.stage_rounds={}"
+  fm_queue fedgr_sym_cnn fedgr
+  fm_queue fedgr_sym_cnn fedgr-robust -s $P.profile=robust
   # shellcheck disable=SC2086
   SEEDS=0 fm_queue fedgr_sym fedgr-v1 $V1
   # shellcheck disable=SC2086
@@ -54,7 +62,7 @@ if [ "$MODE" = fmnist ]; then
   # Each sample's B weighted as its refined CE (ours, a diagnostic: distill_on=weighted).
   SEEDS=0 fm_queue fedgr_mixed fedgr-b_weighted -s $P.distill_on=weighted
   SEEDS=0 fm_queue fedgr_mixed fedgr-plain-b01 -s $P.views=plain -s $P.lambda_b=0.1
-  fm_go fedgr_sym fedgr_mixed
+  fm_go fedgr_sym fedgr_mixed fedgr_sym_cnn
   $PY experiments/fedgr_table.py "$FMNIST_OUT"
   exit 0
 fi

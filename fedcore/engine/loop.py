@@ -141,6 +141,15 @@ class RoundLoop:
                 cb.on_stage_end(stage.name, state.rnd, path)
         return state
 
+    def _extra_scores(self, state: ServerState) -> dict[str, float]:
+        """Test scores of the extra models a method exposes (`extra_eval_models`, e.g. a teacher),
+        as `<name>/<score>`; a diagnosis only, never fed back to the method."""
+        models = getattr(self.method, "extra_eval_models", _no_extra)(state)
+        score = getattr(self.evaluator, "test_scores", None)
+        if not models or score is None:
+            return {}
+        return {f"{name}/{k}": v for name, model in models.items() for k, v in score(model).items()}
+
     def _run_stage(self, state: ServerState, stage: Stage, loop: LoopState) -> ServerState:
         last_eval = -1
         while state.stage_round < stage.rounds:
@@ -154,6 +163,7 @@ class RoundLoop:
             # final/acc_last10 then mean what they mean at eval_every 1 (the best round is the best evaluated).
             tail = stage.rounds - state.stage_round < LAST_WINDOW
             if stage.evaluate and self.evaluator and (state.rnd % self.eval_every == 0 or final or tail):
+                metrics.update(self._extra_scores(state))  # first: the evaluator's `last` stays the global model's
                 metrics.update(self.evaluator(self.method.eval_model(state), state.rnd))
                 last_eval = state.rnd
             metrics = {"round": float(state.rnd), **metrics}
@@ -169,6 +179,10 @@ class RoundLoop:
             # The stage ended early (method or early stop): make sure its last round is scored.
             loop.history[-1].update(self.evaluator(self.method.eval_model(state), state.rnd))
         return state
+
+
+def _no_extra(state: ServerState) -> dict[str, Any]:
+    return {}
 
 
 def nonfinite(params: Any) -> list[str]:

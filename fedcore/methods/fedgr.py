@@ -47,13 +47,15 @@ code applies it twice: gamma_l = 0.99**2 reproduces that); a client without a si
 trains on its given labels (q = 1). Every client receives the whole sieve mapping in its
 instructions (a simulation shortcut). `sieve_by=class` (ours, a diagnostic outside the paper)
 fits one GMM per given class, with the given labels uploaded beside the surrogates;
-`distill_on=weighted` (ours, a diagnostic) weighs each sample's B as its refined CE.
-docs/results/fedgr.md has the numbers.
+`distill_on=weighted` (ours, a diagnostic) weighs each sample's B as its refined CE. `profile:
+robust` is fedcore's extension (departures and their measurements: `fedgr_params`); both profiles
+log the teacher diagnosis and the premise guard (`fedgr_diag`). docs/results/fedgr.md has the numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import numpy as np
@@ -64,15 +66,27 @@ from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
+from fedcore.methods.fedgr_diag import client_counts, lambda_b_at, mean_params, round_scalars
 from fedcore.methods.fedgr_local import FedGRLocal
 from fedcore.methods.fedgr_params import FedGRParams
 from fedcore.methods.registry import register
-from fedcore.stats.sieving import classwise_sieve, local_sieve, pooled_sieve, push_window, running_mean, window_mean
+from fedcore.stats.gmm import bic_pair
+from fedcore.stats.premise import premise_warning
+from fedcore.stats.sieving import (
+    GMM_KW,
+    classwise_sieve,
+    local_sieve,
+    pooled_sieve,
+    push_window,
+    running_mean,
+    window_mean,
+)
 from fedcore.train.ema import revise, teacher_reset
 from fedcore.train.params import get_params, load_params_
-from fedcore.train.refine import pseudo_labels, select_targets, tier_targets, update_cache
+from fedcore.train.refine import confident_agreement, pseudo_labels, select_targets, tier_targets, update_cache
 
 __all__ = ["FedGR", "FedGRParams", "warmup_length"]
+log = logging.getLogger(__name__)
 _GMM_SALT = 0xF6C2
 _MISSING = {"trusted": "zero", "pseudo": "given", "none": "drop"}
 _MIN_SIDE = 16  # image side below which views stop keeping the label / the distribution (8x8 digits)
@@ -94,6 +108,8 @@ class FedGR(FedGRLocal, StagedMethod):
         state = super().init(ctx)
         self.global_model = self.build_model().to(ctx.device).requires_grad_(False)
         self.ema_model = self.build_model().to(ctx.device).requires_grad_(False)
+        self.teacher_view = self.build_model().to(ctx.device).requires_grad_(False)
+        self._teacher_mean, self._warned = None, False
         tr, p = self.cfg.train, self.params
         self._num_clients = len(ctx.clients)
         self.sampler = ClientSampler(len(ctx.clients), tr.client_fraction, self.cfg.seed,
@@ -149,9 +165,10 @@ class FedGR(FedGRLocal, StagedMethod):
         """The sieve over the uploads ({cid: {"lbar", and "labels" for sieve_by=class}})."""
         seed = int(np.random.default_rng([self.cfg.seed, rnd, _GMM_SALT]).integers(2**31 - 1))
         lbar, est = {c: u["lbar"] for c, u in ups.items()}, self.params.rate_estimator
+        kw = {"seed": seed, "estimator": est, "gate": self.params.sieve_gate == "bic"}
         if self.params.sieve_by == "class":
-            return classwise_sieve(lbar, {c: u["labels"] for c, u in ups.items()}, seed=seed, estimator=est)
-        return (pooled_sieve if self.params.sieving else local_sieve)(lbar, seed=seed, estimator=est)
+            return classwise_sieve(lbar, {c: u["labels"] for c, u in ups.items()}, **kw)
+        return (pooled_sieve if self.params.sieving else local_sieve)(lbar, **kw)
 
     def after_probe(self, state, plan: RoundPlan, answers) -> RoundPlan:
         res = self._fit(state.rnd, {a.cid: a.uploads for a in answers})
@@ -169,7 +186,31 @@ class FedGR(FedGRLocal, StagedMethod):
         known = extra["sieve"] = {**sieve, **fresh}
         est = Estimates(client_rate={c: float(v["rate"]) for c, v in known.items()},
                         sample_noisy={"main": {c: np.asarray(v["q"]) < 0.5 for c, v in known.items()}} if known else {})
-        return extra, RoundMetrics(scalars=_round_scalars(updates, means), estimates=est)
+        p = self.params
+        bic = None
+        if ups:  # the premise's bimodality check on the round's pooled surrogates (own GMM seed)
+            seed = int(np.random.default_rng([self.cfg.seed, state.rnd, _GMM_SALT, 1]).integers(2**31 - 1))
+            bic = bic_pair(np.concatenate([u["lbar"] for u in ups.values()]), seed=seed, **GMM_KW)
+        scalars = round_scalars(updates, means, lambda_b_at(state.rnd, self.alpha, p.lambda_b, p.lambda_b_ramp),
+                                p.lambda_r, bic)
+        self._warn_premise(state.rnd, scalars)
+        teachers = [(u.uploads["teacher"], u.num_examples) for u in updates if "teacher" in u.uploads]
+        self._teacher_mean = mean_params(teachers)
+        return extra, RoundMetrics(scalars=scalars, estimates=est)
+
+    def _warn_premise(self, rnd: int, scalars: dict[str, float]) -> None:
+        """One warning line per run, at the first round after the warm-up where a check fails."""
+        msg = premise_warning(scalars) if rnd >= self.alpha and not self._warned else None
+        if msg:
+            self._warned = True
+            log.warning("warning: fedgr round %d: %s (premise/* in history.csv)", rnd + 1, msg)
+
+    def extra_eval_models(self, state) -> dict[str, torch.nn.Module]:
+        """The cohort's mean revised teacher of the round just summarized, scored as `teacher/*`."""
+        if self._teacher_mean is None:
+            return {}
+        load_params_(self.teacher_view, self._teacher_mean)
+        return {"teacher": self.teacher_view.eval()}
 
     # -- client -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -217,7 +258,8 @@ class FedGR(FedGRLocal, StagedMethod):
         rate, flagged = float(est["rate"]), q < 0.5
         old_cache = task.state.get("cache")
         coverage = float((old_cache >= 0).float().mean()) if old_cache is not None else 0.0
-        y_pse, confident = pseudo_labels(self._logits(self.global_model, x_w), p.tau_conf)
+        global_logits = self._logits(self.global_model, x_w)
+        y_pse, confident = pseudo_labels(global_logits, p.tau_conf)
         if p.refine:
             cache = update_cache(old_cache, data.labels, flagged, y_pse, confident, p.cache)
             targets, weights = tier_targets(data.labels, q, rate, cache, p.beta, self.ctx.num_classes,
@@ -230,11 +272,21 @@ class FedGR(FedGRLocal, StagedMethod):
             extras["ema_start"] = revise(None if reset else task.state.get("ema"), task.params, p.gamma_g)
             load_params_(self.ema_model, extras["ema_start"])
             extras["teacher"] = self._logits(self.ema_model, x_w)
+            if p.distill_on == "weighted":
+                extras["b_weight"] = weights
+            elif p.distill_on == "agree":
+                agree = confident_agreement(extras["teacher"], targets, p.distill_conf)
+                extras["b_weight"] = weights * agree.to(weights.dtype)
+            if p.teacher_eval:
+                uploads["teacher"] = extras["ema_start"]
+        extras["lambda_b"] = lambda_b_at(task.rnd, self.alpha, p.lambda_b, p.lambda_b_ramp)
         cached = state.get("cache")
         uploads["counts"] = {
             "n": data.n, "flagged": int(flagged.sum()), "confident": int((flagged & confident).sum()),
             "cached": int((cached >= 0).sum()) if cached is not None else 0, "high": float(rate >= p.beta),
-            "skipped": int((weights == 0).sum()), "reset": float(reset and p.ema_distill)}
+            "skipped": int((weights == 0).sum()), "reset": float(reset and p.ema_distill),
+            **client_counts(data.labels, flagged, global_logits.argmax(1), extras.get("teacher"), targets,
+                            extras.get("b_weight"), self.ctx.num_classes)}
         return {**extras, "targets": targets, "weights": weights}
 
     def after_local(self, task, extras):
@@ -247,24 +299,3 @@ class FedGR(FedGRLocal, StagedMethod):
         extras["metrics"] = {f"fedgr/loss_{k}": float(v) / max(steps, 1) for k, v in sums.items()}
         return extras["uploads"], state
 
-
-def _round_scalars(updates, means: dict[int, tuple[float, float]]) -> dict[str, float]:
-    """Pooled refining shares of the round's cohort (from the clients' counts) and the GMM means."""
-    out: dict[str, float] = {}
-    if means:
-        out["fedgr/gmm_mu_clean"] = float(np.mean([m[0] for m in means.values()]))
-        out["fedgr/gmm_mu_noisy"] = float(np.mean([m[1] for m in means.values()]))
-    counts = [u.uploads["counts"] for u in updates if "counts" in u.uploads]
-    if not counts:
-        return out
-    n = sum(c["n"] for c in counts)
-    flagged = sum(c["flagged"] for c in counts)
-    out.update({
-        "refine/tier_high_share": sum(c["n"] * c["high"] for c in counts) / n,
-        "refine/tier_high_clients": float(np.mean([c["high"] for c in counts])),
-        "refine/cache_coverage": sum(c["cached"] for c in counts) / n,
-        "refine/confident_share": sum(c["confident"] for c in counts) / flagged if flagged else float("nan"),
-        "refine/skipped_share": sum(c["skipped"] for c in counts) / n,
-        "refine/teacher_resets": float(np.mean([c["reset"] for c in counts])),
-    })
-    return out

@@ -35,15 +35,22 @@ class FedGRLocal:
     def _view_plan(self, task) -> tuple[bool, bool]:
         """(student on the strong view, a separate weak view for R's global side) this round."""
         p, warm = self.params, task.rnd < self.alpha
-        strong = self.views == "strong" and not (warm and p.warmup_view == "weak")
+        strong = self.views == "strong" and not (warm and p.warmup_view != "student")
         return strong, strong and p.rep_reg and (p.warmup_rep_reg or not warm)
+
+    def _plain_student(self, task) -> bool:
+        """The warm-up student on the un-augmented image (warmup_view=plain: FedAvg's warm-up)."""
+        return task.rnd < self.alpha and self.params.warmup_view == "plain"
 
     def make_x(self, task):
         data = task.data
         strong, with_weak = self._view_plan(task)
+        plain = self._plain_student(task)
 
         def views(pos: torch.Tensor) -> torch.Tensor:
             x01 = data.x01(pos)
+            if plain:
+                return data.store.normalize(x01)
             view = self.augmenter().strong(x01, task.gen) if strong else self._weak(x01, task.gen)
             student = data.store.normalize(view)
             return torch.cat([data.store.normalize(self._weak(x01, task.gen)), student]) if with_weak else student
@@ -67,8 +74,8 @@ class FedGRLocal:
             terms = {"sr": weighted_soft_ce(logits, extras["targets"][pos], extras["weights"][pos])}
         if not warm and p.ema_distill:
             per = losses.kd_kl(logits, extras["teacher"][pos], T=p.tau, reduction="none")
-            if p.distill_on == "weighted":  # divided by the whole batch, as the refined CE is
-                per = per * extras["weights"][pos].to(per.dtype)
+            if "b_weight" in extras:  # divided by the whole batch, as the refined CE is
+                per = per * extras["b_weight"][pos].to(per.dtype)
             terms["b"] = per.mean()
         if p.rep_reg and (p.warmup_rep_reg or not warm):
             with torch.no_grad():
@@ -83,11 +90,12 @@ class FedGRLocal:
         for name, value in terms.items():
             sums[name] = sums.get(name, 0.0) + value.detach()
         sums["steps"] = sums.get("steps", 0) + 1
-        return self._weighted_sum(terms)
+        return self._weighted_sum(terms, extras.get("lambda_b", self.params.lambda_b))
 
-    def _weighted_sum(self, terms: dict[str, torch.Tensor]) -> torch.Tensor:
-        """L = sr + lambda_B b + lambda_R r over the active terms (per batch or per sample)."""
-        weights = {"sr": 1.0, "b": self.params.lambda_b, "r": self.params.lambda_r}
+    def _weighted_sum(self, terms: dict[str, torch.Tensor], lambda_b: float) -> torch.Tensor:
+        """L = sr + lambda_B b + lambda_R r over the active terms (per batch or per sample);
+        lambda_B is this round's (`fedgr_diag.lambda_b_at`: ramped after the warm-up or not)."""
+        weights = {"sr": 1.0, "b": lambda_b, "r": self.params.lambda_r}
         return sum(weights[name] * value for name, value in terms.items())
 
     def _ema_start_step(self, task) -> int:
@@ -114,14 +122,16 @@ class FedGRLocal:
 
     def batched_static(self, task, extras) -> dict[str, Any]:
         p, warm = self.params, extras["warmup"]
-        return {"warm": warm, "distill": not warm and p.ema_distill, "weighted": p.distill_on == "weighted",
+        return {"warm": warm, "distill": not warm and p.ema_distill, "weighted": "b_weight" in extras,
+                "lambda_b": extras.get("lambda_b", p.lambda_b),
                 "rep": p.rep_reg and (p.warmup_rep_reg or not warm), "with_weak": self._view_plan(task)[1]}
 
     def batched_samples(self, task, extras) -> dict[str, torch.Tensor]:
         if extras["warmup"]:
             return {}
         out = {"targets": extras["targets"], "weights": extras["weights"]}
-        return {**out, "teacher": extras["teacher"]} if "teacher" in extras else out
+        out.update({k: extras[k] for k in ("teacher", "b_weight") if k in extras})
+        return out
 
     def batched_consts(self, task, extras) -> dict[str, Any]:
         if "ema_start" not in extras:
@@ -152,12 +162,13 @@ class FedGRLocal:
         terms = {"sr": sr}
         if st["distill"]:
             b = losses.kd_kl(flat(logits), flat(step.batch["teacher"]), T=p.tau, reduction="none")
-            terms["b"] = b * flat(step.batch["weights"]).to(b.dtype) if st["weighted"] else b
+            terms["b"] = b * flat(step.batch["b_weight"]).to(b.dtype) if st["weighted"] else b
         if st["rep"]:
             with torch.no_grad():  # w^t is every client's start: f_g on the weak view (the student's without one)
                 f_global = step.net.features(step.start, step.batch["xw" if st["with_weak"] else "x"])
             terms["r"] = losses.kd_kl(flat(z), flat(f_global), T=p.rep_tau, reduction="none")
-        return self._weighted_sum(terms), {f"fedgr/loss_{name}": value.detach() for name, value in terms.items()}
+        return self._weighted_sum(terms, st["lambda_b"]), {f"fedgr/loss_{name}": value.detach()
+                                                           for name, value in terms.items()}
 
     def batched_after_step(self, task, extras):
         return self._batched_ema_step if "ema_start" in extras else None

@@ -118,6 +118,15 @@ class Evaluator:
         model.eval()
         return torch.cat([model(store.get(idx[s:s + self.batch_size])) for s in range(0, len(idx), self.batch_size)])
 
+    def test_scores(self, model: torch.nn.Module) -> dict[str, float]:
+        """Accuracy and macro-F1 of a second model (a method's teacher) on the test split, with
+        none of `__call__`'s side effects (no probe, no `last`)."""
+        if self.task == "multi":
+            return {}
+        logits = self.logits(model, self.test, torch.arange(len(self.y_test), device=self.y_test.device))
+        pred, y = logits.argmax(1).cpu().numpy(), self.y_test.cpu().numpy()
+        return {"test_acc": accuracy(y, pred), "test_macro_f1": macro_prf(y, pred, self.num_classes)["f1"]}
+
     def __call__(self, model: torch.nn.Module, rnd: int) -> dict[str, float]:
         all_idx = torch.arange(len(self.y_test), device=self.y_test.device)
         logits = self.logits(model, self.test, all_idx)

@@ -64,6 +64,24 @@ def clean_posterior(
     return q, gmm.means_[[clean, 1 - clean]]
 
 
+def bic_pair(values: np.ndarray, seed: int, reg_covar: float = 1e-6, max_iter: int = 100,
+             tol: float = 1e-3) -> tuple[float, float]:
+    """BIC of a one- and of a two-component GMM on 1-D `values` (lower is better).
+
+    A two-component split that does not lower the BIC below one Gaussian's finds no second
+    mode: there is nothing a mixture can call noisy. Fewer than 3 values or no spread give
+    (0, 0) (no evidence for a second mode either way).
+    """
+    x = np.asarray(values, dtype=float).reshape(-1, 1)
+    if len(x) < 3 or np.allclose(x.std(), 0.0):
+        return 0.0, 0.0
+    from sklearn.mixture import GaussianMixture  # lazily, as in clean_posterior
+
+    kw = {"reg_covar": reg_covar, "max_iter": max_iter, "tol": tol, "random_state": seed}
+    return (float(GaussianMixture(n_components=1, **kw).fit(x).bic(x)),
+            float(GaussianMixture(n_components=2, **kw).fit(x).bic(x)))
+
+
 def noisy_fraction(q: np.ndarray, estimator: str = "mean") -> float:
     """Noise-rate estimate from clean posteriors: mean(1 - q) ('mean') or share of q < 0.5 ('threshold')."""
     q = np.asarray(q, dtype=float)

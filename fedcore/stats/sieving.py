@@ -9,7 +9,9 @@ per client (`local_sieve`); `classwise_sieve` (ours, a diagnostic, not FedGR's) 
 per given class over the pooled surrogates. All go through `stats.gmm.clean_posterior`, so the clean
 component is always the lower-mean one, and both turn posteriors into rates with
 `stats.gmm.noisy_fraction`. GMM settings default to the authors' (reg_covar 5e-4, 50
-iterations, tol 1e-2).
+iterations, tol 1e-2). `gate=True` (fedcore's robust profile, not FedGR's) keeps every sample of
+a fit clean when two components do not lower the BIC below one (`stats.gmm.bic_pair`): a
+unimodal surrogate has no noisy mode to flag.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedcore.stats.gmm import clean_posterior, noisy_fraction
+from fedcore.stats.gmm import bic_pair, clean_posterior, noisy_fraction
 
 GMM_KW = {"reg_covar": 5e-4, "max_iter": 50, "tol": 1e-2}
 
@@ -66,34 +68,48 @@ class SieveResult:
     q: dict[int, np.ndarray]
     rate: dict[int, float]
     means: dict[int, tuple[float, float]] = field(default_factory=dict)
+    gated: dict[int, bool] = field(default_factory=dict)  # per fit (same keys as means): kept clean by the gate
+
+
+def _posterior(x: np.ndarray, seed: int, gate: bool, gmm: dict) -> tuple[np.ndarray, np.ndarray, bool]:
+    """clean_posterior, or (all clean, its means, True) when `gate` and the BIC prefers one component."""
+    q, mu = clean_posterior(x, seed=seed, **{**GMM_KW, **gmm})
+    if gate:
+        one, two = bic_pair(x, seed=seed, **{**GMM_KW, **gmm})
+        if two >= one:
+            return np.ones(len(x)), mu, True
+    return q, mu, False
 
 
 def _split(q_all: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
     return np.split(q_all, np.cumsum(sizes)[:-1]) if sizes else []
 
 
-def pooled_sieve(lbar: Mapping[int, np.ndarray], seed: int, estimator: str = "threshold", **gmm) -> SieveResult:
+def pooled_sieve(lbar: Mapping[int, np.ndarray], seed: int, estimator: str = "threshold", gate: bool = False,
+                 **gmm) -> SieveResult:
     """One GMM over the pooled surrogates of every client in `lbar` (client id -> (n_k,))."""
     cids = sorted(lbar)
     values = [np.asarray(lbar[c], dtype=np.float64) for c in cids]
     pooled = np.concatenate(values) if values else np.zeros(0)
-    q_all, mu = clean_posterior(pooled, seed=seed, **{**GMM_KW, **gmm})
+    q_all, mu, gated = _posterior(pooled, seed, gate, gmm)
     qs = dict(zip(cids, _split(q_all, [len(v) for v in values]), strict=True))
     pair = (float(mu[0, 0]), float(mu[1, 0])) if len(mu) else (float("nan"),) * 2
-    return SieveResult(q=qs, rate={c: noisy_fraction(qs[c], estimator) for c in cids}, means={-1: pair})
+    return SieveResult(q=qs, rate={c: noisy_fraction(qs[c], estimator) for c in cids}, means={-1: pair},
+                       gated={-1: gated})
 
 
-def local_sieve(lbar: Mapping[int, np.ndarray], seed: int, estimator: str = "threshold", **gmm) -> SieveResult:
+def local_sieve(lbar: Mapping[int, np.ndarray], seed: int, estimator: str = "threshold", gate: bool = False,
+                **gmm) -> SieveResult:
     """One GMM per client on its own surrogates (the "w/o FS" ablation)."""
-    fits = {c: clean_posterior(np.asarray(lbar[c], dtype=np.float64), seed=seed, **{**GMM_KW, **gmm})
-            for c in sorted(lbar)}
-    return SieveResult(q={c: q for c, (q, _) in fits.items()},
-                       rate={c: noisy_fraction(q, estimator) for c, (q, _) in fits.items()},
-                       means={c: (float(mu[0, 0]), float(mu[1, 0])) for c, (_, mu) in fits.items()})
+    fits = {c: _posterior(np.asarray(lbar[c], dtype=np.float64), seed, gate, gmm) for c in sorted(lbar)}
+    return SieveResult(q={c: q for c, (q, _, _) in fits.items()},
+                       rate={c: noisy_fraction(q, estimator) for c, (q, _, _) in fits.items()},
+                       means={c: (float(mu[0, 0]), float(mu[1, 0])) for c, (_, mu, _) in fits.items()},
+                       gated={c: g for c, (_, _, g) in fits.items()})
 
 
 def classwise_sieve(lbar: Mapping[int, np.ndarray], labels: Mapping[int, np.ndarray], seed: int,
-                    estimator: str = "threshold", **gmm) -> SieveResult:
+                    estimator: str = "threshold", gate: bool = False, **gmm) -> SieveResult:
     """One GMM per given class over the pooled surrogates of that class (ours, not the paper's).
 
     Under label skew a model that knows some classes better than others gives a sample a loss
@@ -108,10 +124,10 @@ def classwise_sieve(lbar: Mapping[int, np.ndarray], labels: Mapping[int, np.ndar
     given = np.concatenate([np.asarray(labels[c]) for c in cids]) if cids else np.zeros(0, dtype=int)
     if given.shape != pooled.shape:
         raise ValueError(f"{given.shape[0]} labels for {pooled.shape[0]} surrogates")
-    q_all, means = np.ones(len(pooled)), {}
+    q_all, means, gated = np.ones(len(pooled)), {}, {}
     for k in np.unique(given):
         rows = given == k
-        q_all[rows], mu = clean_posterior(pooled[rows], seed=seed, **{**GMM_KW, **gmm})
+        q_all[rows], mu, gated[int(k)] = _posterior(pooled[rows], seed, gate, gmm)
         means[int(k)] = (float(mu[0, 0]), float(mu[1, 0]))
     qs = dict(zip(cids, _split(q_all, [len(v) for v in values]), strict=True))
-    return SieveResult(q=qs, rate={c: noisy_fraction(qs[c], estimator) for c in cids}, means=means)
+    return SieveResult(q=qs, rate={c: noisy_fraction(qs[c], estimator) for c in cids}, means=means, gated=gated)

@@ -89,3 +89,15 @@ def weighted_soft_ce(logits: torch.Tensor, targets: torch.Tensor, weights: torch
     """
     per = losses.soft_ce(logits, targets, reduction="none")
     return (per * weights.to(per.dtype)).sum() / max(len(per), 1)
+
+
+def confident_agreement(teacher_logits: torch.Tensor, targets: torch.Tensor, conf: float) -> torch.Tensor:
+    """Where a teacher may be distilled (fedcore's robust FedGR) -> bool (n,): its softmax
+    confidence is >= conf and its class is the refined target's (argmax of targets (n, C)).
+
+    Elsewhere the teacher would teach its own guess against the label the sieve kept, which
+    is how a teacher that drifts to a few classes pulls the student after it.
+    """
+    prob = F.softmax(teacher_logits.float(), dim=-1)
+    top, cls = prob.max(dim=-1)
+    return (top >= conf) & (cls == targets.argmax(dim=-1))

@@ -55,6 +55,10 @@ CASES = {
     "fedgr-strong": ["method.name=fedgr", "method.params.warmup_rounds=1", "train.rounds=3",
                      "method.params.views=strong", "method.params.distill_on=weighted",
                      "method.params.ema_ramp=\"off\"", "method.params.beta=0.0", "method.params.reset_coverage=1.0"],
+    # the robust profile: B masked to the teacher's agreement (any confidence, so it is active) at a
+    # ramped lambda_B, class-wise BIC-gated sieve
+    "fedgr-robust": ["method.name=fedgr", "method.params.warmup_rounds=1", "train.rounds=3",
+                     "method.params.profile=robust", "method.params.distill_conf=0.0", "method.params.lambda_b_ramp=2"],
 }
 
 
