@@ -3,7 +3,8 @@
 # run dirs that the pages' tables were measured on (experiments/tuning.sh writes them).
 #
 # Usage: experiments/figures.sh [RUNS]      (default runs/tuning)
-# Environment: PY (.venv/bin/python), OUT (docs/results/img).
+# Environment: PY (.venv/bin/python), OUT (docs/results/img), FEDGR_RUNS (default
+#   runs/fmnist: the OUT_DIR of `experiments/fedgr.sh`).
 # A set whose runs are not all finished is skipped with a note; the others are redrawn.
 set -euo pipefail
 RUNS=${1:-runs/tuning}
@@ -32,3 +33,7 @@ S=$RUNS/fedrg_sym_localized
 figure_set fedrg_sym_localized \
   "$S"/fedavg/default/s{0,1,2} "$S"/fedavg/tuned/s{0,1,2} "$S"/symmetric_ce/tuned/s{0,1,2} \
   "$S"/fedprox/tuned/s{0,1,2} "$S"/fedrg/default/s{0,1,2}
+
+# FedGR's robust profile (ours) on the mixed-noise preset: curves and per-client noise-rate estimates.
+G=${FEDGR_RUNS:-runs/fmnist}/fedgr_mixed
+figure_set fedgr_mixed_robust "$G"/fedgr-robust/s{0,1,2}
