@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import re
 import sys
@@ -110,6 +111,25 @@ def _one_thread_per_task() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _root_logger_kept() -> Iterator[None]:
+    """Give the root logger's handlers and level back as they were before the pipeline ran.
+
+    kfp.local runs a loop's tasks on threads, and each task swaps the root logger's handlers in
+    and out (logging_utils.local_logger_context) without a lock: two tasks that overlap can leave
+    one task's StreamHandler installed for good. That handler writes to this run's log sink, which
+    is closed once the run ends, so every later log record in the process failed with
+    "--- Logging error ---" (seen in a test session: tests after a sweep lost their output).
+    """
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+@contextlib.contextmanager
 def _quiet(log_path: Path, names: dict[str, str], echo: bool) -> Iterator[None]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as log, warnings.catch_warnings():
@@ -161,7 +181,8 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: A
     before = set((root / "kfp").glob("*")) if (root / "kfp").is_dir() else set()
     try:
         # The fork server starts inside _one_thread_per_task: its torch reads OMP_NUM_THREADS on import.
-        with _one_thread_per_task(), forkserver.serving(), _quiet(log, display_names(pipeline), echo):
+        with _one_thread_per_task(), forkserver.serving(), _root_logger_kept(), \
+                _quiet(log, display_names(pipeline), echo):
             task = pipeline(**arguments)
         new = sorted(set((root / "kfp").glob("*")) - before)
         run_dir = new[-1] if new else None

@@ -1,0 +1,58 @@
+"""run_local hands the root logger back as it found it, whatever kfp.local's task threads left.
+
+kfp.local's local_logger_context swaps the root logger's handlers per task with no lock; loop
+iterations run on threads, so overlapping tasks can leave one task's handler installed. Before
+the fix, that handler (bound to the run's log sink, closed after the run) turned every later log
+record of the process into "--- Logging error ---", and tests after a sweep lost their output.
+"""
+
+import logging
+
+from kfp.local import logging_utils
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from pipelines import runner
+
+
+def _overlapping_tasks() -> None:
+    """Two kfp task contexts that overlap as two threads' would: A enters, B enters, A leaves, B leaves."""
+    a, b = logging_utils.local_logger_context(), logging_utils.local_logger_context()
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    b.__exit__(None, None, None)
+
+
+def test_overlapping_kfp_task_contexts_leave_a_handler_behind():
+    # The race itself, so the test below guards something real.
+    root = logging.getLogger()
+    before = root.handlers[:]
+    try:
+        _overlapping_tasks()
+        leftover = [h for h in root.handlers if h not in before]
+        assert len(leftover) == 1 and isinstance(leftover[0], logging.StreamHandler)
+    finally:
+        root.handlers[:] = before
+
+
+class _FakePipeline:
+    """Stands in for a compiled pipeline whose parallel tasks raced on the root logger."""
+
+    pipeline_spec = pipeline_spec_pb2.PipelineSpec()
+
+    def __call__(self):
+        _overlapping_tasks()
+        logging.getLogger("fedcore.test").warning("inside the run")
+        return None
+
+
+def test_run_local_restores_the_root_logger_and_later_records_log_cleanly(tmp_path, capsys):
+    root = logging.getLogger()
+    before, level = root.handlers[:], root.level
+    runner.run_local(_FakePipeline(), tmp_path, echo=False)
+    assert root.handlers == before and root.level == level
+    logging.getLogger("fedcore.test").error("after the run")
+    err = capsys.readouterr().err
+    assert "Logging error" not in err
+    # What the run logged went to its own log file, through the sink.
+    assert "inside the run" in (tmp_path / "kfp-local.log").read_text()
