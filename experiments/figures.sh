@@ -3,8 +3,9 @@
 # run dirs that the pages' tables were measured on (experiments/tuning.sh writes them).
 #
 # Usage: experiments/figures.sh [RUNS]      (default runs/tuning)
-# Environment: PY (.venv/bin/python), OUT (docs/results/img), FEDGR_RUNS (default
-#   runs/fmnist: the OUT_DIR of `experiments/fedgr.sh`).
+# Environment: PY (.venv/bin/python), OUT (docs/results/img), FEDGR_RUNS and FEDSIR_RUNS (default
+#   runs/fmnist: the OUT_DIR of `experiments/fedgr.sh` and `experiments/fedsir.sh fmnist`),
+#   FEDHARMONY_RUNS (default runs/fedharmony: the OUT_DIR of `experiments/fedharmony_v3.sh`).
 # A set whose runs are not all finished is skipped with a note; the others are redrawn.
 set -euo pipefail
 RUNS=${1:-runs/tuning}
@@ -37,3 +38,12 @@ figure_set fedrg_sym_localized \
 # FedGR's robust profile (ours) on the mixed-noise preset: curves and per-client noise-rate estimates.
 G=${FEDGR_RUNS:-runs/fmnist}/fedgr_mixed
 figure_set fedgr_mixed_robust "$G"/fedgr-robust/s{0,1,2}
+
+# FedSIR's 0.9 preset: FedAvg, FedNoRo (its reference code's choices) and FedSIR; curves, per-client
+# noise-rate estimates and client identification.
+F=${FEDSIR_RUNS:-runs/fmnist}/fedsir_09
+figure_set fedsir_09 "$F"/fedavg/s{0,1,2} "$F"/fednoro/s{0,1,2} "$F"/fedsir/s{0,1,2}
+
+# FedHarmony on the v3 bed: FedAvg, FedProx and the v3 reading at the lam chosen on validation (mAP curves).
+H=${FEDHARMONY_RUNS:-runs/fedharmony}/scenes_v3
+figure_set fedharmony_v3 "$H"/fedavg/s{0,1,2} "$H"/fedprox/s{0,1,2} "$H"/v3/s{0,1,2}

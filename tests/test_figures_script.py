@@ -22,7 +22,9 @@ def _run(tmp_path: Path, runs: Path, out: Path) -> subprocess.CompletedProcess:
     py = tmp_path / "py"
     py.write_text(FAKE_PY)
     py.chmod(0o755)
-    env = {"PY": str(py), "FAKE_LOG": str(tmp_path / "log"), "OUT": str(out), "PATH": "/usr/bin:/bin"}
+    # The other sets read their own run folders: point them at empty ones, whatever this checkout holds.
+    env = {"PY": str(py), "FAKE_LOG": str(tmp_path / "log"), "OUT": str(out), "PATH": "/usr/bin:/bin",
+           **{k: str(tmp_path / "none") for k in ("FEDGR_RUNS", "FEDSIR_RUNS", "FEDHARMONY_RUNS")}}
     done = subprocess.run(["bash", "experiments/figures.sh", str(runs)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -46,3 +48,25 @@ def test_a_set_with_an_unfinished_run_is_skipped_then_drawn_from_all_its_runs(tm
     (call,) = (tmp_path / "log").read_text().splitlines()
     assert call.startswith("-m fedcore report ") and all(str(runs / "fedrg_sym_localized" / r) in call for r in RUNS)
     assert sorted(p.name for p in (out / "fedrg_sym_localized").iterdir()) == ["accuracy.png"]  # PNGs only, fresh
+
+
+def test_every_set_reads_its_own_runs_folder(tmp_path):
+    # FedSIR's set is drawn from FEDSIR_RUNS/fedsir_09 (the fmnist runs), not from the tuning runs.
+    fedsir = tmp_path / "fm"
+    rows = [f"{m}/s{s}" for m in ("fedavg", "fednoro", "fedsir") for s in range(3)]
+    for r in rows:
+        (fedsir / "fedsir_09" / r).mkdir(parents=True)
+        (fedsir / "fedsir_09" / r / "metrics.json").write_text("{}")
+    py = tmp_path / "py"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    out = tmp_path / "img"
+    env = {"PY": str(py), "FAKE_LOG": str(tmp_path / "log"), "OUT": str(out), "PATH": "/usr/bin:/bin",
+           "FEDSIR_RUNS": str(fedsir), "FEDGR_RUNS": str(tmp_path / "none"), "FEDHARMONY_RUNS": str(tmp_path / "none")}
+    done = subprocess.run(["bash", "experiments/figures.sh", str(tmp_path / "tuning")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (call,) = (tmp_path / "log").read_text().splitlines()
+    assert all(str(fedsir / "fedsir_09" / r) in call for r in rows)
+    assert "fedharmony_v3 skipped (9 of 9 runs missing" in done.stderr
+    assert (out / "fedsir_09" / "accuracy.png").is_file()
