@@ -165,13 +165,23 @@ def band_figure(bands: dict[str, Band], ylabel: str, title: str = "", ref: float
         ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
     if ref is not None and _finite(ref):
         ax.axhline(ref, color="black", linestyle="--", linewidth=1, label=ref_label or f"{ref:.3f}")
-    for rnd, text in marks:
+    for rnd, text, drop in _staggered(marks):
         ax.axvline(rnd, color="grey", linestyle=":", linewidth=1)
-        ax.annotate(text, (rnd, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10), textcoords="offset points",
-                    fontsize=7, color="grey")
+        ax.annotate(text, (rnd, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10 - drop),
+                    textcoords="offset points", fontsize=7, color="grey")
     ax.set(xlabel="round", ylabel=ylabel, title=title)
     ax.legend(fontsize=7, loc="best")
     return fig
+
+
+def _staggered(marks: Sequence[tuple[float, str]], near: float = 2.5, step: float = 9.0) -> list[tuple[float, str, float]]:
+    """(round, label, points to drop the label by): a label within `near` rounds of the previous
+    one's goes one line lower, so labels of nearby stage changes do not print over each other."""
+    out: list[tuple[float, str, float]] = []
+    for rnd, text in sorted(marks):
+        drop = out[-1][2] + step if out and rnd - out[-1][0] < near else 0.0
+        out.append((rnd, text, drop))
+    return out
 
 
 def panels_figure(panels: dict[str, dict[str, Band]], title: str = "", cols: int = 3) -> Figure:
@@ -184,7 +194,9 @@ def panels_figure(panels: dict[str, dict[str, Band]], title: str = "", cols: int
     for ax, name in zip(axes.flat, names, strict=False):
         for label, (x, mean, lo, hi) in panels[name].items():
             color = cmap(labels.index(label) % cmap.N)
-            ax.plot(x, mean, color=color, linewidth=1.3, label=label)
+            # A metric logged in one or two rounds (a one-off client identification) is a dot, not an
+            # invisible line of one point.
+            ax.plot(x, mean, color=color, linewidth=1.3, label=label, marker="o" if len(x) <= 2 else None, markersize=4)
             ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
         ax.set(title=name, xlabel="round", ylim=(-0.02, 1.02))
     for ax in list(axes.flat)[len(names):]:

@@ -146,16 +146,21 @@ def load_records(run_dirs: Sequence[str | Path]) -> list[dict[str, Any]]:
 def marks_of(groups: dict[str, list[dict[str, Any]]]) -> list[tuple[float, str]]:
     """Vertical marks: the warm-up's end (train.warmup_rounds) and every stage change, from each
     group's first run (one mark per round and label)."""
-    marks: dict[tuple[float, str], None] = {}
-    for recs in groups.values():
-        first = recs[0]
+    per_group: dict[str, list[tuple[float, str]]] = {}
+    for g, recs in groups.items():
+        first, mine = recs[0], []
         warm = float((first.get("config") or {}).get("train.warmup_rounds", 0) or 0)
         if warm:
-            marks[(warm + 0.5, "warm-up")] = None
+            mine.append((warm + 0.5, "warm-up"))
         hist = first["history"]
         for prev, row in zip(hist, hist[1:], strict=False):
             if prev.get("stage") != row.get("stage"):
-                marks[(row["round"] - 0.5, str(row.get("stage")))] = None
+                mine.append((row["round"] - 0.5, str(row.get("stage"))))
+        if mine:
+            per_group[g] = mine
+    # With marks from several methods, each label says whose stage it is.
+    named = len(per_group) > 1
+    marks = {(rnd, f"{g}: {text}" if named else text): None for g, mine in per_group.items() for rnd, text in mine}
     return list(marks)
 
 

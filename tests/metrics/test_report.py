@@ -125,3 +125,32 @@ def test_the_plots_fedavg_line_is_on_the_setting_the_other_runs_share():
     clean = [_rec("fedavg", 0, 0.9, 0.95, rate="0.0")]
     assert reference_line(noisy + clean, "acc") == [0.50]
     assert sorted(reference_line(noisy[:1] + clean, "acc")) == [0.50, 0.95]  # FedAvg alone: every setting
+
+
+def test_stage_marks_name_their_method_when_several_methods_have_stages():
+    from fedcore.reporting.report import marks_of
+
+    def rec(stages, warm=0):
+        return {"config": {"train.warmup_rounds": warm},
+                "history": [{"round": i + 1, "stage": s} for i, s in enumerate(stages)]}
+
+    one = {"fedsir": [rec(["identify", "relabel", "train", "train"])]}
+    assert marks_of(one) == [(1.5, "relabel"), (2.5, "train")]
+    two = {**one, "fednoro": [rec(["warmup", "warmup", "train"], warm=0)], "fedavg": [rec(["train"] * 4)]}
+    assert sorted(marks_of(two)) == [(1.5, "fedsir: relabel"), (2.5, "fednoro: train"), (2.5, "fedsir: train")]
+
+
+def test_nearby_stage_labels_are_stacked_and_far_ones_are_not():
+    from fedcore.reporting.plots import _staggered
+
+    got = _staggered([(10.5, "b"), (1.5, "a"), (2.5, "c"), (3.5, "d"), (30.5, "e")])
+    assert got == [(1.5, "a", 0.0), (2.5, "c", 9.0), (3.5, "d", 18.0), (10.5, "b", 0.0), (30.5, "e", 0.0)]
+
+
+def test_a_metric_logged_once_is_drawn_as_a_dot():
+    from fedcore.reporting.plots import panels_figure
+
+    fig = panels_figure({"detect/client_f1": {"fedsir": ([1], [1.0], [1.0], [1.0])},
+                         "detect/sample_f1": {"fedsir": (list(range(1, 11)), [0.5] * 10, [0.4] * 10, [0.6] * 10)}})
+    once, many = (ax.get_lines()[0] for ax in fig.axes[:2])
+    assert once.get_marker() == "o" and many.get_marker() in (None, "None", "")
