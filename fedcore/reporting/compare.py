@@ -45,9 +45,17 @@ def flat_config(data: dict[str, Any]) -> dict[str, str]:
     return flatten_dict(data)
 
 
+def seed_tied(key: str, config: dict[str, str]) -> bool:
+    """The seed itself, or another `*.seed` set to the run's seed: a scene generator whose benchmark
+    is drawn anew with each seed (data.params.seed=<seed> in the FedHarmony scripts) varies with
+    the seed by construction, so those runs are seeds of one setting. A `*.seed` held fixed
+    while the seed varies is a setting of its own and still splits the groups."""
+    return key in SEED_KEYS or (key.endswith(".seed") and config.get(key) == config.get("seed"))
+
+
 def group_key(config: dict[str, str]) -> str:
     """Digest of a flattened config without its seed: equal for the seeds of one setting."""
-    items = sorted((k, v) for k, v in config.items() if k not in SEED_KEYS)
+    items = sorted((k, v) for k, v in config.items() if not seed_tied(k, config))
     return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
 
 
@@ -76,7 +84,7 @@ def load_run(path: Path) -> dict[str, Any]:
 def differing_keys(configs: list[dict[str, str]]) -> list[str]:
     """Config keys (seed aside) whose values are not the same in every config."""
     keys = sorted(set().union(*configs)) if configs else []
-    return [k for k in keys if k not in SEED_KEYS and len({c.get(k) for c in configs}) > 1]
+    return [k for k in keys if not all(seed_tied(k, c) for c in configs) and len({c.get(k) for c in configs}) > 1]
 
 
 def _key(r: dict[str, Any]) -> str | None:

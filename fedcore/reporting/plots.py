@@ -174,7 +174,8 @@ def band_figure(bands: dict[str, Band], ylabel: str, title: str = "", ref: float
     return fig
 
 
-def _staggered(marks: Sequence[tuple[float, str]], near: float = 2.5, step: float = 9.0) -> list[tuple[float, str, float]]:
+def _staggered(marks: Sequence[tuple[float, str]], near: float = 2.5,
+               step: float = 9.0) -> list[tuple[float, str, float]]:
     """(round, label, points to drop the label by): a label within `near` rounds of the previous
     one's goes one line lower, so labels of nearby stage changes do not print over each other."""
     out: list[tuple[float, str, float]] = []

@@ -86,3 +86,20 @@ def test_the_report_page_states_each_rows_budget_and_warns_when_they_differ():
     assert "**warning: the rows differ in training budget" in text
     same = [budget_rec("fedavg", 50), budget_rec("fedcorr", 50)]
     assert "warning" not in page(group_records(same), same, "acc", [])
+
+
+def test_a_benchmark_drawn_anew_with_each_seed_groups_its_seeds_but_a_fixed_one_splits():
+    from fedcore.reporting.compare import group_records
+
+    def rec(method, seed, data_seed, epochs="2"):
+        return {"method": method, "seed": seed, "summary": {},
+                "config": {"seed": str(seed), "data.params.seed": str(data_seed), "train.local_epochs": epochs}}
+
+    tied = [rec("fedavg", s, s) for s in (0, 1, 2)]
+    assert list(group_records(tied)) == ["fedavg"] and len(group_records(tied)["fedavg"]) == 3
+    # data.params.seed held at 0 and 5 while the seed varies: two benchmarks, two groups.
+    fixed = [rec("fedavg", s, 0) for s in (0, 1)] + [rec("fedavg", s, 5) for s in (0, 1)]
+    assert sorted(group_records(fixed)) == ["fedavg [data.params.seed=0]", "fedavg [data.params.seed=5]"]
+    # Only `*.seed` keys can be seed-tied: a local_epochs that happens to equal the seed still splits.
+    odd = [rec("fedavg", 1, 1, epochs="1"), rec("fedavg", 2, 2, epochs="2")]
+    assert sorted(group_records(odd)) == ["fedavg [train.local_epochs=1]", "fedavg [train.local_epochs=2]"]
