@@ -96,8 +96,10 @@ for setting in $SETTINGS; do
       run="$OUT/$setting/$v/s$seed"
       [ -f "$run/metrics.json" ] && continue
       split=natural; [ "$v" = fedavg_iid ] && split=iid
+      # The v3 preset's method section holds the v3 reading; its `fedharmony` row is v2's defaults.
+      v2=""; [[ $setting == scenes_v3* && $v == fedharmony ]] && v2="-s method.params={}"
       # shellcheck disable=SC2086
-      nice -n 10 "$FEDCORE" run "${CFG[$setting]}" -s seed="$seed" ${DATA[$setting]} $dseed ${VARIANTS[$v]} \
+      nice -n 10 "$FEDCORE" run "${CFG[$setting]}" -s seed="$seed" ${DATA[$setting]} $dseed ${VARIANTS[$v]} $v2 \
         --data "$OUT/$setting/data-$split-s$seed" --out "$run" $(resume_flag "$run") --no-progress >/dev/null
     done
   done

@@ -83,4 +83,7 @@ def test_v3_preset_validates():
     cfg = load_config("configs/fmnist/fedharmony_scenes_v3.yaml")
     assert cfg.data.name == "scenes_v3" and cfg.partition.num_clients == 100
     assert cfg.train.client_fraction * cfg.partition.num_clients >= 50
-    build_method(cfg)
+    # Its method section is the v3 reading that fedharmony.sh's `v3` row runs at the chosen lam.
+    p = build_method(cfg).params
+    assert (p.timing, p.teacher, p.weighting, p.diagonal, p.scale, p.lam_schedule, p.gamma_by, p.mask_unannotated,
+            p.lam) == ("start", "pooled", "abs", True, "sum", "caa", "median", True, 0.1)
