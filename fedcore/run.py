@@ -32,6 +32,7 @@ from fedcore.engine.callbacks import Callback
 from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
 from fedcore.engine.distributed import DistInfo, DistributedExecutor, from_main, main_first
 from fedcore.engine.executor import SequentialExecutor
+from fedcore.engine.hostmem import keep_freed_memory
 from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
@@ -113,6 +114,7 @@ def run_experiment(
     the holder's pid), and SIGTERM ends the run as an interruption, like Ctrl-C.
     """
     main = dist is None or dist.is_main
+    keep_freed_memory()
     with run_dir_lock(out_dir) if main else contextlib.nullcontext(), terminate_as_interrupt(), \
             cpu_threads(cfg.train.threads):
         return _run_locked(cfg, Path(out_dir), data, resume, stages, callbacks, dist)

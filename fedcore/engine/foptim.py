@@ -72,9 +72,12 @@ class StackedAdam:
             if d is None:
                 continue
             if i not in self.state:
-                self.state[i] = {"step": 0, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+                # denom: scratch for the step's denominator, kept so that a step allocates nothing
+                # (a fresh few-MiB tensor per step per layer page-faults; same values either way)
+                self.state[i] = {"step": 0, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p),
+                                 "denom": torch.empty_like(p)}
             st = self.state[i]
-            m, v = st["exp_avg"][: len(p)], st["exp_avg_sq"][: len(p)]
+            m, v, denom = st["exp_avg"][: len(p)], st["exp_avg_sq"][: len(p)], st["denom"][: len(p)]
             st["step"] += 1
             if self.weight_decay != 0:
                 d.add_(p, alpha=self.weight_decay)
@@ -82,7 +85,8 @@ class StackedAdam:
             v.mul_(beta2).addcmul_(d, d, value=1 - beta2)
             step = float(st["step"])
             step_size = self.lr / (1 - beta1**step)
-            denom = (v.sqrt() / (1 - beta2**step) ** 0.5).add_(self.eps)
+            torch.sqrt(v, out=denom)  # torch.optim's (v.sqrt() / sqrt(bc2)) + eps, in place: same rounding
+            denom.div_((1 - beta2**step) ** 0.5).add_(self.eps)
             p.addcdiv_(m, denom, value=-step_size)
 
 

@@ -32,7 +32,9 @@ class TensorStore:
         return (x01 - self.mean) / self.std
 
     def get(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.normalize(self.raw(idx))
+        # in place on raw's fresh tensor: normalize's two temporaries cost more than the
+        # arithmetic on a block of steps (same ops, same values)
+        return self.raw(idx).sub_(self.mean).div_(self.std)
 
     @property
     def in_shape(self) -> tuple[int, int, int]:
