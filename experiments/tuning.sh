@@ -6,7 +6,8 @@
 #
 # Usage: experiments/tuning.sh [OUT]      (default runs/tuning); prints the tables at the end.
 # Environment: SCENES (fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09),
-#   METHODS (default: every baseline plus the scene's own method), TRIALS (8), TUNE_SEED (100),
+#   METHODS (default: every baseline plus the scene's own method; also a named variant such as
+#   fedgr-robust, FedGR's `profile: robust`), TRIALS (8), TUNE_SEED (100),
 #   SEEDS ("0 1 2"), JOBS (1: the reporting runs in parallel; tunes run one at a time), PY (.venv/bin/python).
 # Everything is resumable and skipped when done: a tune reruns to TRIALS finished trials (a killed one
 # adds only the missing trials), a run with metrics.json is skipped, so a grid can be run in parts.
@@ -24,14 +25,20 @@ BASELINES="fedavg fedprox symmetric_ce coteaching fednoro fedcorr dividemix"
 
 own_method() { case $1 in fedgr_*) echo fedgr ;; fedsir_*) echo fedsir ;; fedrg_*) echo fedrg ;; *) echo "" ;; esac; }
 
-method_args() {  # scene method -> the overrides that run `method` on the scene's preset
-  local own
+# Named variants: a row that is a method with fixed params, tuned like any other row (same budget,
+# same search space); the fixed params stay in its best.yaml.
+variant_args() { case $1 in fedgr-robust) echo "-s method.params.profile=robust" ;; *) echo "" ;; esac; }
+base_method() { case $1 in fedgr-robust) echo fedgr ;; *) echo "$1" ;; esac; }
+
+method_args() {  # scene row -> the overrides that run the row's method on the scene's preset
+  local own m
   own=$(own_method "$1")
-  if [ "$2" = "$own" ]; then
+  m=$(base_method "$2")
+  if [ "$m" = "$own" ]; then
     # FedRG's SSL pretraining counts inside the baselines' 50 rounds (configs/fmnist/fedrg_*.yaml).
-    [ "$2" = fedrg ] && echo "-s train.rounds=40" || true
+    [ "$m" = fedrg ] && echo "-s train.rounds=40 $(variant_args "$2")" || variant_args "$2"
   else
-    echo "-s method.name=$2 -s method.params={} -s train.stage_rounds={}"
+    echo "-s method.name=$m -s method.params={} -s train.stage_rounds={} $(variant_args "$2")"
   fi
 }
 

@@ -62,3 +62,20 @@ def test_a_fresh_grid_tunes_runs_both_rows_on_shared_data_then_skips_everything(
     _, again = run_script(tmp_path, out)
     assert [c for c in again if c.startswith(("-m fedcore tune", "-m fedcore run", "-m fedcore data"))] == []
     assert json.loads((out / "fedrg_sym_localized/fedrg/tune/tune.json").read_text())["n_trials"] == 2
+
+
+def test_a_named_variant_is_its_method_with_fixed_params(tmp_path):
+    py, log = tmp_path / "py", tmp_path / "log"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    env = {"PY": str(py), "FAKE_LOG": str(log), "REAL_PY": sys.executable, "PATH": "/usr/bin:/bin",
+           "SCENES": "fedgr_sym", "METHODS": "fedgr-robust", "TRIALS": "2", "SEEDS": "0"}
+    done = subprocess.run(["bash", "experiments/tuning.sh", str(tmp_path / "g")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    calls = [c for c in log.read_text().splitlines() if c.startswith("-m fedcore")]
+    tune = next(c for c in calls if c.startswith("-m fedcore tune"))
+    default = next(c for c in calls if c.startswith("-m fedcore run") and "/default/" in c)
+    for c in (tune, default):
+        assert "-s method.params.profile=robust" in c and "method.name=" not in c
+    assert "fedgr-robust/tune" in tune
