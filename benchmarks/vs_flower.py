@@ -11,8 +11,10 @@ process and its children (Ray's workers), sampled every 0.2 s.
     make bench-peers                                   # MLP then CNN (CNN: --cnn-rounds rounds)
     python benchmarks/vs_flower.py --model mlp --json  # one line: flower_s, fedcore_*_s, acc_*
 
-fedcore's round also scores the global model on test loss, macro-F1 and memorization of all noisy
-training samples; Flower's evaluates test accuracy only. The two draw their shuffles from different
+Both evaluate the global model on the test split after every round. fedcore's evaluation also scores
+memorization of every noisy training sample (a forward pass over the training set); by default the
+benchmark turns that off (`train.memorization=false`) so both do the same work; `--fedcore-eval full`
+keeps it, as a user's run has it. The two draw their shuffles from different
 generators, so their accuracies differ by what the order of batches does (see `--explain`).
 """
 
@@ -92,6 +94,7 @@ def config(args):
     over = ["method.name=fedavg", "method.params={}", f"model.name={args.model}", "train.device=cpu",
             "train.threads=1", f"seed={args.seed}"]
     over += [f"train.rounds={args.rounds}"] if args.rounds else []
+    over += ["train.memorization=false"] if args.fedcore_eval == "test" else []
     return load_config(args.config, over + args.set)
 
 
@@ -147,7 +150,7 @@ def run_all(args) -> dict:
         res = out / f"fedcore_{executor}.json"
         cmd = [sys.executable, str(HERE / "vs_flower.py"), "--worker", "fedcore", "--executor", executor, "--data",
                str(art), "--worker-out", str(res), "--model", args.model, "--config", args.config, "--seed",
-               str(args.seed)] + (["--rounds", str(args.rounds)] if args.rounds else [])
+               str(args.seed), "--fedcore-eval", args.fedcore_eval] + (["--rounds", str(args.rounds)] if args.rounds else [])
         cmd += [x for s in args.set for x in ("-s", s)]
         wall, rss = timed(cmd, {"PYTHONPATH": str(REPO)}, out / f"fedcore_{executor}.log")
         rows.append(summarize(f"fedcore_{executor}", wall, rss, json.loads(res.read_text())))
@@ -187,6 +190,8 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench-peers")
     ap.add_argument("--flwr-path", default=os.environ.get("FLWR_PATH", ""),
                     help="folder with flwr[simulation] (pip --target); empty: flwr must be importable")
+    ap.add_argument("--fedcore-eval", choices=["test", "full"], default="test",
+                    help="test: fedcore evaluates what Flower does (test split); full: also memorization")
     ap.add_argument("--skip-flower", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--worker", choices=["fedcore"], help=argparse.SUPPRESS)
