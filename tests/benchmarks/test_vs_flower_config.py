@@ -32,7 +32,12 @@ def test_fedcore_scores_memorization_only_when_asked(evaluation, memorization):
 def test_the_default_is_the_same_work_as_flower(monkeypatch):
     vs = _vs_flower()
     seen = {}
-    monkeypatch.setattr(vs, "run_all", lambda args: seen.setdefault("args", args) or sys.exit(0))
+
+    def stop(args):
+        seen["args"] = args
+        raise SystemExit(0)
+
+    monkeypatch.setattr(vs, "run_all", stop)
     monkeypatch.setattr(sys, "argv", ["vs_flower.py"])
     with pytest.raises(SystemExit):
         vs.main()
