@@ -2,8 +2,9 @@
 
 Usage: .venv/bin/python experiments/fedgr_table.py OUT_DIR [variant ...]
 Reads OUT_DIR/<preset>/<row>/s<seed>/{metrics.json,history.csv} for the presets fedgr_sym,
-fedgr_mixed, digits_sym and digits_mixed (those present). Columns, mean ± std (population)
-over the seeds found: last-10 and best-round test accuracy; r_k Pearson (mean over the rounds
+fedgr_mixed, fedgr_sym_cnn, digits_sym and digits_mixed (those present). Columns, mean ± std
+(population) over the seeds found: last-10 and best-round test accuracy and their gap (how far
+the model decays from its peak); r_k Pearson (mean over the rounds
 after FedGR's warm-up, i.e. those that log refine/*, else over every round that estimates)
 and at the last round; r_k MAE and sample F1 at the last round; the last round's share of
 samples in FedGR's pseudo-label tier, share of flagged samples with a confident pseudo-label
@@ -24,13 +25,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script, also when imported by file
 from fmnist_table import diverged  # noqa: E402
 
-ORDER = ["fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix", "fedgr", "fedgr-no_fs",
+ORDER = ["fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix", "fedgr", "fedgr-robust",
+         "fedgr-no_fs",
          "fedgr-no_lr", "fedgr-no_b", "fedgr-no_r", "fedgr-classwise", "fedgr-v1", "fedgr-text", "fedgr-probe",
          # the B audit (mixed, seed 0): teacher = w^t, the authors' optimizer, plain views, weighted B
          "fedgr-teacher_global", "fedavg-sgd_authors", "fedgr-sgd_authors", "fedgr-plain", "fedgr-plain-no_b",
          "fedgr-b_weighted", "fedgr-plain-b01"]
-PRESETS = ["fedgr_sym", "fedgr_mixed", "digits_sym", "digits_mixed"]
+PRESETS = ["fedgr_sym", "fedgr_mixed", "fedgr_sym_cnn", "digits_sym", "digits_mixed"]
 COLUMNS = [("acc", "acc last-10 (%)", 100, 1), ("best", "best round (%)", 100, 1),
+           ("decay", "best minus last-10 (points)", 100, 1),
            ("pearson_after", "r_k Pearson after warm-up", 1, 2), ("pearson", "r_k Pearson last", 1, 2),
            ("mae", "r_k MAE last", 1, 3), ("f1", "sample F1 last", 1, 2), ("tier_high", "tier-3 share", 1, 2),
            ("confident", "confident share", 1, 2), ("coverage", "cache coverage", 1, 2),
@@ -53,6 +56,7 @@ def load(run: Path) -> dict:
     pearson_after, mem, local = _col(after, "noise/rate_pearson"), _col(rows, "train/memorization"), \
         _col(rows, "train/local_memorization")
     return {"acc": summary["final/acc_last10"], "best": summary["final/acc_best"],
+            "decay": summary["final/acc_best"] - summary["final/acc_last10"],  # the peak-then-decay premise
             "pearson_after": float(np.mean(pearson_after)) if pearson_after else None,
             "pearson": last["noise/rate_pearson"], "mae": last["noise/rate_mae"], "f1": last["detect/sample_f1"],
             "tier_high": last["refine/tier_high_share"], "confident": last["refine/confident_share"],
