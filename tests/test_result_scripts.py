@@ -142,11 +142,13 @@ def test_table_rows_are_recomputed_from_the_histories(fedgr_run, tmp_path, capsy
     assert list(table) == ["fedavg", "fedgr", "fedgr-extra"]  # ORDER, then the extra variants
     h = res.history
     after = [r["noise/rate_pearson"] for r in h if "refine/tier_high_share" in r]
-    assert table["fedgr"][1:4] == [_expect([res.summary["final/acc_last10"]] * 2),
-                                   _expect([res.summary["final/acc_best"]] * 2), _expect([np.mean(after)] * 2, 1, 2)]
-    assert table["fedgr"][5] == _expect([h[-1]["noise/rate_mae"]] * 2, 1, 3)
-    assert table["fedgr"][10] == _expect([h[-1]["train/memorization"]] * 2)
+    decay = res.summary["final/acc_best"] - res.summary["final/acc_last10"]
+    assert table["fedgr"][1:5] == [_expect([res.summary["final/acc_last10"]] * 2),
+                                   _expect([res.summary["final/acc_best"]] * 2), _expect([decay] * 2),
+                                   _expect([np.mean(after)] * 2, 1, 2)]
+    assert table["fedgr"][6] == _expect([h[-1]["noise/rate_mae"]] * 2, 1, 3)
+    assert table["fedgr"][11] == _expect([h[-1]["train/memorization"]] * 2)
     assert table["fedgr"][-1] == "0,1; s2 diverged in round 7"  # a lost seed is named, not dropped
     local = np.mean([r["train/local_memorization"] for r in h])
-    assert table["fedavg"][1] == _expect([avg.summary["final/acc_last10"]]) and table["fedavg"][3:10] == ["-"] * 7
-    assert table["fedgr"][12] == _expect([local] * 2)
+    assert table["fedavg"][1] == _expect([avg.summary["final/acc_last10"]]) and table["fedavg"][4:11] == ["-"] * 7
+    assert table["fedgr"][13] == _expect([local] * 2)
