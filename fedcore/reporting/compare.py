@@ -84,7 +84,10 @@ def load_run(path: Path) -> dict[str, Any]:
 def differing_keys(configs: list[dict[str, str]]) -> list[str]:
     """Config keys (seed aside) whose values are not the same in every config."""
     keys = sorted(set().union(*configs)) if configs else []
-    return [k for k in keys if not all(seed_tied(k, c) for c in configs) and len({c.get(k) for c in configs}) > 1]
+    diff = [k for k in keys if not all(seed_tied(k, c) for c in configs) and len({c.get(k) for c in configs}) > 1]
+    # An empty section flattens to one key ("method.params" = "{}") that a filled one lacks; the keys
+    # below it already say how the configs differ, so the parent would only repeat it.
+    return [k for k in diff if not any(o.startswith(k + ".") for o in diff)]
 
 
 def _key(r: dict[str, Any]) -> str | None:

@@ -153,14 +153,23 @@ def _finite(x: Any) -> bool:
 Band = tuple[Sequence[float], Sequence[float], Sequence[float], Sequence[float]]  # rounds, mean, min, max
 
 
+def group_colors(labels: Sequence[str]) -> dict[str, Any]:
+    """One colour per group, in the given order: pass the same map to every figure of a report so a
+    group keeps its colour from figure to figure."""
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+
+
 def band_figure(bands: dict[str, Band], ylabel: str, title: str = "", ref: float | None = None,
-                ref_label: str = "", marks: Sequence[tuple[float, str]] = ()) -> Figure:
+                ref_label: str = "", marks: Sequence[tuple[float, str]] = (),
+                colors: dict[str, Any] | None = None) -> Figure:
     """One curve per group: the mean over seeds with a min-max band; `ref` a horizontal line (e.g.
-    FedAvg's best round), `marks` vertical lines (round, label), e.g. the warm-up's end and stage changes."""
+    FedAvg's best round), `marks` vertical lines (round, label), e.g. the warm-up's end and stage changes.
+    colors: group -> colour (`group_colors`); by default, the bands' order."""
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
-    cmap = plt.get_cmap("tab10" if len(bands) <= 10 else "tab20")
-    for i, (label, (x, mean, lo, hi)) in enumerate(bands.items()):
-        color = cmap(i % cmap.N)
+    colors = colors or group_colors(list(bands))
+    for label, (x, mean, lo, hi) in bands.items():
+        color = colors[label]
         ax.plot(x, mean, color=color, linewidth=1.6, label=label)
         ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
     if ref is not None and _finite(ref):
@@ -185,16 +194,17 @@ def _staggered(marks: Sequence[tuple[float, str]], near: float = 2.5,
     return out
 
 
-def panels_figure(panels: dict[str, dict[str, Band]], title: str = "", cols: int = 3) -> Figure:
-    """A grid of small band plots, one per metric (e.g. client and sample P/R/F1), groups in colour."""
+def panels_figure(panels: dict[str, dict[str, Band]], title: str = "", cols: int = 3,
+                  colors: dict[str, Any] | None = None) -> Figure:
+    """A grid of small band plots, one per metric (e.g. client and sample P/R/F1), groups in colour
+    (`colors`, as in `band_figure`; by default the groups' sorted order)."""
     names = list(panels)
     rows = max(1, math.ceil(len(names) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False, layout="constrained")
-    labels = sorted({g for p in panels.values() for g in p})
-    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    colors = colors or group_colors(sorted({g for p in panels.values() for g in p}))
     for ax, name in zip(axes.flat, names, strict=False):
         for label, (x, mean, lo, hi) in panels[name].items():
-            color = cmap(labels.index(label) % cmap.N)
+            color = colors[label]
             # A metric logged in one or two rounds (a one-off client identification) is a dot, not an
             # invisible line of one point.
             ax.plot(x, mean, color=color, linewidth=1.3, label=label, marker="o" if len(x) <= 2 else None, markersize=4)

@@ -187,6 +187,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     groups = group_records(records)
+    colors = plots.group_colors(list(groups))  # one colour per group in every figure
     multi = all("final/mAP_last10" in r["summary"] and "final/acc_last10" not in r["summary"] for r in records)
     short = "mAP" if multi else "acc"
     figures: list[tuple[str, str]] = []
@@ -197,7 +198,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     plots.save(plots.band_figure(bands, f"test {short}", f"test {short} per round (mean over seeds, min-max band)",
                                  ref=ref if fedavg else None,
                                  ref_label=f"FedAvg's best round (mean{', better config per seed' if several else ''})",
-                                 marks=marks_of(groups)), out / "accuracy.png")
+                                 marks=marks_of(groups), colors=colors), out / "accuracy.png")
     figures.append(("accuracy.png", f"Test {short} per round"))
     rated = {g: rates for g, recs in groups.items() if (rates := last_rates(recs[0]))}
     if rated:
@@ -211,7 +212,8 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
         panels = {k: bs for k in keys if (bs := {g: b for g, recs in groups.items()
                                                  if (b := seed_band([r["history"] for r in recs], k))})}
         if panels:
-            plots.save(plots.panels_figure(panels, title, cols=3 if len(panels) > 2 else len(panels)), out / name)
+            plots.save(plots.panels_figure(panels, title, cols=3 if len(panels) > 2 else len(panels), colors=colors),
+                       out / name)
             figures.append((name, title[0].upper() + title[1:]))
     text = page(groups, records, short, figures)
     atomic_write_bytes(out / "report.md", text.encode())

@@ -103,3 +103,13 @@ def test_a_benchmark_drawn_anew_with_each_seed_groups_its_seeds_but_a_fixed_one_
     # Only `*.seed` keys can be seed-tied: a local_epochs that happens to equal the seed still splits.
     odd = [rec("fedavg", 1, 1, epochs="1"), rec("fedavg", 2, 2, epochs="2")]
     assert sorted(group_records(odd)) == ["fedavg [train.local_epochs=1]", "fedavg [train.local_epochs=2]"]
+
+
+def test_an_empty_section_does_not_repeat_the_keys_below_it_in_a_label():
+    from fedcore.reporting.compare import differing_keys, group_records
+
+    authors = {"method.name": "fedgr", "method.params": "{}", "seed": "0"}
+    robust = {"method.name": "fedgr", "method.params.profile": "robust", "seed": "0"}
+    assert differing_keys([authors, robust]) == ["method.params.profile"]
+    recs = [{"method": "fedgr", "config": c, "summary": {}} for c in (authors, robust)]
+    assert sorted(group_records(recs)) == ["fedgr [method.params.profile=-]", "fedgr [method.params.profile=robust]"]

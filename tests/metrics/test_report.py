@@ -154,3 +154,20 @@ def test_a_metric_logged_once_is_drawn_as_a_dot():
                          "detect/sample_f1": {"fedsir": (list(range(1, 11)), [0.5] * 10, [0.4] * 10, [0.6] * 10)}})
     once, many = (ax.get_lines()[0] for ax in fig.axes[:2])
     assert once.get_marker() == "o" and many.get_marker() in (None, "None", "")
+
+
+def test_a_group_keeps_its_colour_from_figure_to_figure():
+    from matplotlib.colors import to_rgba
+
+    from fedcore.reporting.plots import band_figure, group_colors, panels_figure
+
+    band = ([1, 2], [0.1, 0.2], [0.1, 0.2], [0.1, 0.2])
+    groups = ["fedavg", "fedgr [profile=robust]", "fedgr [profile=authors]"]
+    colors = group_colors(groups)
+    acc = band_figure({g: band for g in groups}, "acc", colors=colors)
+    # the panel lists the groups in another order and lacks one: the colours still follow the group
+    mem = panels_figure({"train/memorization": {groups[2]: band, groups[0]: band}}, colors=colors)
+    by_acc = {line.get_label(): to_rgba(line.get_color()) for line in acc.axes[0].get_lines()}
+    by_mem = {line.get_label(): to_rgba(line.get_color()) for line in mem.axes[0].get_lines()}
+    assert by_mem == {g: by_acc[g] for g in (groups[2], groups[0])}
+    assert len(set(by_acc.values())) == 3
