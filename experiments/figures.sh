@@ -39,6 +39,10 @@ figure_set fedrg_sym_localized \
 G=${FEDGR_RUNS:-runs/fmnist}/fedgr_mixed
 figure_set fedgr_mixed_robust "$G"/fedgr-robust/s{0,1,2}
 
+# FedGR's paper regime (a CNN with the authors' 10 local epochs): FedAvg and both profiles.
+C=${FEDGR_RUNS:-runs/fmnist}/fedgr_sym_cnn
+figure_set fedgr_sym_cnn "$C"/fedavg/s{0,1,2} "$C"/fedgr/s{0,1,2} "$C"/fedgr-robust/s{0,1,2}
+
 # FedSIR's 0.9 preset: FedAvg, FedNoRo (its reference code's choices) and FedSIR; curves, per-client
 # noise-rate estimates and client identification.
 F=${FEDSIR_RUNS:-runs/fmnist}/fedsir_09
