@@ -108,11 +108,13 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
     # 2 presets x (7 baselines + FedAvg clean + FedGR + FedGR clean + 4 ablations + the class-wise
     # sieve + plain views w/o B + the robust profile, noisy and clean) x 3 seeds; FedGR v1, spec text
     # and probe timing on seed 0 of the sym preset; the B audit on seed 0: six rows on mixed and
-    # plain views on sym; robust with strong views on seed 0 of sym; the CNN preset: FedAvg and
-    # both profiles x 3 seeds.
-    assert len(runs) == 2 * 18 * 3 + 3 + 7 + 1 + 3 * 3
+    # plain views on sym; robust with strong views on seed 0 of sym; the CNN preset: FedAvg, both
+    # profiles, SCE and FedCorr x 3 seeds.
+    assert len(runs) == 2 * 18 * 3 + 3 + 7 + 1 + 5 * 3
     assert sum("method.params.profile=robust" in r for r in runs) == 2 * 2 * 3 + 1 + 3
-    assert len([r for r in runs if "/fedgr_sym_cnn/" in r]) == 9
+    cnn = [r for r in runs if "/fedgr_sym_cnn/" in r]
+    assert len(cnn) == 15
+    assert sum("method.name=symmetric_ce " in r for r in cnn) == sum("method.name=fedcorr " in r for r in cnn) == 3
     audit = ["fedgr-teacher_global", "fedavg-sgd_authors", "fedgr-sgd_authors", "fedgr-plain", "fedgr-b_weighted",
              "fedgr-plain-b01"]
     assert sorted(r.split("--out ")[1].split()[0] for r in runs if any(f"/{a}/" in r for a in audit)) == \
