@@ -38,6 +38,10 @@ if [ "$MODE" = fmnist ]; then
     fm_queue $preset fedgr-robust -s $P.profile=robust  # fedcore's extension (issue 37)
     fm_queue $preset fedgr-robust-clean -s $P.profile=robust
   done
+  # What the plain baselines that beat FedAvg cost on clean labels (the sym preset's partitions).
+  for m in symmetric_ce fedcorr; do
+    fm_queue fedgr_sym $m-clean -s method.name=$m "-s method.params={}" "-s train.stage_rounds={}"
+  done
   # The robust profile with the authors' strong views (sym, seed 0): which of its choices costs sym.
   SEEDS=0 fm_queue fedgr_sym fedgr-robust-strong -s $P.profile=robust -s $P.views=strong
   # The authors' 10 local epochs on a small CNN: FedAvg and both profiles.

@@ -110,7 +110,7 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
     # and probe timing on seed 0 of the sym preset; the B audit on seed 0: six rows on mixed and
     # plain views on sym; robust with strong views on seed 0 of sym; the CNN preset: FedAvg, both
     # profiles, SCE and FedCorr x 3 seeds.
-    assert len(runs) == 2 * 18 * 3 + 3 + 7 + 1 + 5 * 3
+    assert len(runs) == 2 * 18 * 3 + 3 + 7 + 1 + 5 * 3 + 2 * 3  # + SCE and FedCorr on sym's clean labels
     assert sum("method.params.profile=robust" in r for r in runs) == 2 * 2 * 3 + 1 + 3
     cnn = [r for r in runs if "/fedgr_sym_cnn/" in r]
     assert len(cnn) == 15
@@ -121,9 +121,9 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
         sorted([f"{out}/fedgr_mixed/{a}/s0" for a in audit] + [f"{out}/fedgr_sym/fedgr-plain/s0"])
     assert sum("method.params.distill_on=weighted" in r for r in runs) == 1
     assert sum("method.params.ema_distill=false" in r and "views=plain" in r for r in runs) == 6
-    for row in ("fedgr-clean", "fedavg-clean"):
+    for row in ("fedgr-clean", "fedavg-clean", "symmetric_ce-clean", "fedcorr-clean"):
         mine = [r for r in runs if f"/{row}/" in r]
-        assert len(mine) == 6 and all("/data-clean-s" in r for r in mine)
+        assert len(mine) == (6 if row in ("fedgr-clean", "fedavg-clean") else 3) and all("/data-clean-s" in r for r in mine)
         # the run must name the clean scene too, or the artifact's config hash refuses it
         assert all("-s noise.type=none" in r for r in mine)
     assert all("/data-s" in r and "noise.type=none" not in r for r in runs if "-clean/" not in r)
