@@ -29,10 +29,12 @@ ENV_VARS: dict[str, str] = {
     "FEDCORE_TRACKING_RETRY_SECONDS": "seconds a run retries an unreachable MLflow server, and as many for its "
     "artifact store, before tracking degrades to the run dir's journal, unless tracking.retry_seconds is set "
     "(default 60)",
+    "FEDCORE_MALLOPT": "0 keeps glibc's allocator defaults; by default a run raises its mmap and trim thresholds so "
+    "freed tensors are reused (fedcore.engine.hostmem; same values, less page faulting)",
 }
 
 # Variables a run against a tracking stack cannot do without; FEDCORE_GIT_COMMIT,
-# FEDCORE_IMAGE, FEDCORE_CACHE and FEDCORE_TRACKING_RETRY_SECONDS have defaults.
+# FEDCORE_IMAGE, FEDCORE_CACHE, FEDCORE_TRACKING_RETRY_SECONDS and FEDCORE_MALLOPT have defaults.
 REQUIRED_FOR_STACK: tuple[str, ...] = (
     "MLFLOW_TRACKING_URI",
     "MLFLOW_S3_ENDPOINT_URL",
