@@ -159,6 +159,9 @@ class TrainConfig(Strict):
     grad_clip: float | None = Field(
         None, gt=0.0, description="clip each local step's gradient to this global L2 norm "
         "(torch.nn.utils.clip_grad_norm_, per client); default off")
+    fused_adam: bool = Field(
+        False, description="Adam through torch's fused kernel (one pass over the weights a step, on both "
+        "executors); it rounds differently from torch.optim's default loop, so off by default")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: Int | None = Field(
         None, ge=1, description="CPU threads for this run (torch and the BLAS pools of numpy, scipy and "
@@ -256,13 +259,15 @@ class ExperimentConfig(Strict):
 
     def hashed_dict(self) -> dict[str, Any]:
         """to_dict() less the fields added after artifacts were first hashed, where they hold
-        their defaults (data.validation, train.grad_clip): an artifact or run prepared before
+        their defaults (data.validation, train.grad_clip, train.fused_adam): an artifact or run prepared before
         they existed keeps its data_hash and config_hash, so `--data` and `--resume` still accept it."""
         d = self.to_dict()
         if d["data"]["validation"] == ValidationConfig().model_dump(mode="json"):
             del d["data"]["validation"]
         if d["train"]["grad_clip"] is None:
             del d["train"]["grad_clip"]
+        if not d["train"]["fused_adam"]:
+            del d["train"]["fused_adam"]
         return d
 
     def config_hash(self, sections: tuple[str, ...] | None = None) -> str:

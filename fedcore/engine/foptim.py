@@ -58,14 +58,16 @@ class StackedAdam:
     """torch.optim.Adam(lr, betas, eps, weight_decay) with amsgrad off (L2 decay, not AdamW)."""
 
     def __init__(self, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0) -> None:
-        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+                 weight_decay: float = 0.0, fused: bool = False) -> None:
+        self.lr, self.betas, self.eps, self.weight_decay, self.fused = lr, betas, eps, weight_decay, fused
         self.state: dict[int, dict] = {}  # per tensor index: step count, exp_avg, exp_avg_sq
 
     @torch.no_grad()
     def step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
         """One update; consumes `grads`. Every row still in the stack has taken the same number
         of steps (rows leave rather than pause), so one count per tensor serves them all."""
+        if self.fused:
+            return self._fused_step(params, grads)
         beta1, beta2 = self.betas
         for i, p in enumerate(params):
             d = grads[i]
@@ -90,6 +92,26 @@ class StackedAdam:
             p.addcdiv_(m, denom, value=-step_size)
 
 
+    def _fused_step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
+        """torch.optim.Adam(fused=True)'s update: one kernel over every tensor, elementwise, so each
+        row still ends where its own fused optimizer would, up to the kernel's rounding (it is not
+        bitwise across tensor shapes; tests/engine/test_foptim.py bounds the gap)."""
+        idx, ps, gs = _present(params, grads)
+        if not idx:
+            return
+        for i, p in zip(idx, ps, strict=True):
+            if i not in self.state:  # torch.optim keeps the step as a float32 tensor for this kernel
+                self.state[i] = {"step_t": torch.zeros((), dtype=torch.float32, device=p.device),
+                                 "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+        sts = [self.state[i] for i in idx]
+        steps = [st["step_t"] for st in sts]
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(ps, gs, [st["exp_avg"][: len(p)] for st, p in zip(sts, ps, strict=True)],
+                           [st["exp_avg_sq"][: len(p)] for st, p in zip(sts, ps, strict=True)], [], steps,
+                           lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=self.weight_decay,
+                           eps=self.eps, amsgrad=False, maximize=False)
+
+
 @torch.no_grad()
 def clip_rows_(grads: Sequence[Tensor | None], max_norm: float) -> Tensor | None:
     """torch.nn.utils.clip_grad_norm_ for each row of a stack: row r's gradients (every tensor's
@@ -106,8 +128,9 @@ def clip_rows_(grads: Sequence[Tensor | None], max_norm: float) -> Tensor | None
     return norms
 
 
-def make_stacked_optimizer(kind: str, lr: float, momentum: float, weight_decay: float) -> StackedSGD | StackedAdam:
+def make_stacked_optimizer(kind: str, lr: float, momentum: float, weight_decay: float,
+                           fused: bool = False) -> StackedSGD | StackedAdam:
     """The stacked twin of `fedcore.train.local.make_optimizer` (same kinds and defaults)."""
     if kind == "adam":
-        return StackedAdam(lr, weight_decay=weight_decay)
+        return StackedAdam(lr, weight_decay=weight_decay, fused=fused)
     return StackedSGD(lr, momentum=momentum, weight_decay=weight_decay)

@@ -90,7 +90,7 @@ class _Stack:
         if first.inputs is None:
             self.fields["__idx"] = torch.cat([p.data.indices for p in programs])
         s = first.spec
-        self.opt = make_stacked_optimizer(s.kind, s.lr, s.momentum, s.weight_decay)
+        self.opt = make_stacked_optimizer(s.kind, s.lr, s.momentum, s.weight_decay, fused=s.fused)
         self.grad_clip = s.grad_clip
         self.loss_sum = torch.zeros(len(programs), device=self.dev)
         self.logs: dict[str, Tensor] = {}

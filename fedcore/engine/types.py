@@ -50,12 +50,13 @@ class OptimSpec:
     steps: int | None = None
     batch_size: int = 32
     grad_clip: float | None = None  # max global L2 norm of a step's gradient; None: no clipping
+    fused: bool = False  # Adam through torch's fused kernel (train.fused_adam)
 
     @classmethod
     def from_train(cls, train, **overrides) -> OptimSpec:  # train: fedcore.config.TrainConfig
         base = dict(kind=train.optimizer, lr=train.lr, momentum=train.momentum, weight_decay=train.weight_decay,
                     epochs=train.local_epochs, steps=train.local_steps, batch_size=train.batch_size,
-                    grad_clip=train.grad_clip)
+                    grad_clip=train.grad_clip, fused=train.fused_adam)
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
 

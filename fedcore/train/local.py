@@ -25,7 +25,7 @@ class Batch:
 
 def make_optimizer(params, spec: OptimSpec) -> torch.optim.Optimizer:
     if spec.kind == "adam":
-        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay, fused=spec.fused or None)
     return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
 
 

@@ -79,6 +79,7 @@ SIZES = [40, 1, 33, 2, 97, 64]
 
 
 @pytest.mark.parametrize("train", [{}, {"local_steps": 5}, {"optimizer": "adam", "lr": 3e-3, "weight_decay": 1e-2},
+                                   {"optimizer": "adam", "lr": 3e-3, "weight_decay": 1e-2, "fused_adam": True},
                                    {"augment": "weak", "batch_size": 7}])
 def test_clients_of_unequal_size_match_the_sequential_executor(train):
     cfg, fed = cfg_for(**train), make_fed(SIZES)

@@ -97,3 +97,40 @@ def test_adam_rows_match_torch_bitwise_where_gradients_are_tiny():
     for r in range(k):
         want = _run_torch("adam", [start[0][r]], [[gs[0][r]] for gs in grads], lr=3e-3, weight_decay=1e-4)
         assert torch.equal(stacked[0][r], want[0])
+
+
+def test_fused_adam_rows_follow_torch_fused_adam_within_its_rounding():
+    """train.fused_adam: each row against torch.optim.Adam(fused=True) on that row alone, with the stack
+    shrinking and a tensor without gradient on one step. The fused kernel is not bitwise across
+    tensor shapes, so the bound is a few float32 ulps of the weights, far under one step's size (lr)."""
+    k, shapes, steps = 3, [(7, 5), (5,), (130,)], [8, 8, 3]
+    gen = torch.Generator().manual_seed(2)
+    start = [torch.randn(k, *s, generator=gen) for s in shapes]
+    stacked = [t.clone() for t in start]
+    opt = make_stacked_optimizer("adam", 1e-3, 0.0, 1e-2, fused=True)
+    grads = [_grads(s, shapes, k) for s in range(8)]
+    grads[4][1] = None  # the bias gets no gradient on step 4, as an unused layer would
+    for s, gs in enumerate(grads):
+        n = sum(1 for m in steps if m > s)
+        opt.step([t[:n] for t in stacked], [None if g is None else g[:n].clone() for g in gs])
+    moved = 0.0
+    for r, n in enumerate(steps):
+        rows = [[None if g is None else g[r] for g in gs] for gs in grads[:n]]
+        want = _run_torch("adam", [t[r] for t in start], rows, lr=1e-3, weight_decay=1e-2, fused=True)
+        for got, w, t0 in zip(stacked, want, start, strict=True):
+            assert torch.allclose(got[r], w, rtol=0, atol=1e-6)
+            moved = max(moved, float((w - t0[r]).abs().max()))
+    assert moved > 1e-3  # the rows did train, so the bound is not met by standing still
+    plain = make_stacked_optimizer("adam", 1e-3, 0.0, 1e-2)
+    assert isinstance(opt, StackedAdam) and opt.fused and not plain.fused
+
+
+def test_train_fused_adam_reaches_the_sequential_optimizer():
+    from fedcore.engine.types import OptimSpec
+    from fedcore.registries import load_config
+    from fedcore.train.local import make_optimizer
+
+    w = [torch.zeros(3, requires_grad=True)]
+    on = OptimSpec.from_train(load_config("configs/quickstart.yaml", ["train.optimizer=adam", "train.fused_adam=true"]).train)
+    off = OptimSpec.from_train(load_config("configs/quickstart.yaml", ["train.optimizer=adam"]).train)
+    assert make_optimizer(w, on).defaults["fused"] is True and not make_optimizer(w, off).defaults["fused"]
