@@ -46,7 +46,8 @@ def make_model() -> torch.nn.Module:
 def local_train(model: torch.nn.Module, cid: int, rnd: int) -> tuple[float, int]:
     x, y = peer_data.client_tensors(DATA, cid)
     gen = torch.Generator().manual_seed(ARGS.seed * 1_000_003 + rnd * 1009 + cid)
-    opt = (torch.optim.Adam(model.parameters(), lr=ARGS.lr, weight_decay=ARGS.weight_decay) if ARGS.optimizer == "adam"
+    opt = (torch.optim.Adam(model.parameters(), lr=ARGS.lr, weight_decay=ARGS.weight_decay,
+                            fused=ARGS.fused_adam or None) if ARGS.optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=ARGS.lr, momentum=ARGS.momentum,
                                 weight_decay=ARGS.weight_decay))
     model.train()
@@ -132,6 +133,7 @@ def main() -> None:
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--weight-decay", type=float, default=5e-4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fused-adam", action="store_true", help="torch's fused Adam, as fedcore's train.fused_adam")
     args = ap.parse_args()
     ARGS.__dict__.update(vars(args))
     os.environ["FEDCORE_FLOWER_ARGS"] = json.dumps(vars(args))  # Ray workers inherit the driver's environment

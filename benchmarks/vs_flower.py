@@ -143,6 +143,7 @@ def run_all(args) -> dict:
                   json.dumps(cfg.model.params), "--rounds", str(t.rounds), "--epochs", str(t.local_epochs),
                   "--batch-size", str(t.batch_size), "--optimizer", t.optimizer, "--lr", str(t.lr),
                   "--momentum", str(t.momentum), "--weight-decay", str(t.weight_decay), "--seed", str(cfg.seed)]
+        flower += ["--fused-adam"] if t.fused_adam else []  # the same optimizer kernel on both sides
         env = {"PYTHONPATH": os.pathsep.join(p for p in (args.flwr_path, str(REPO)) if p)}
         wall, rss = timed(flower, env, out / "flower.log")
         rows.append(summarize("flower", wall, rss, json.loads((out / "flower.json").read_text())))
