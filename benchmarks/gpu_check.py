@@ -5,7 +5,7 @@ refuses BatchNorm) trains on synthetic uint8 images through the engine's round l
 after a warm-up run of the same shape (kernel selection, cuDNN autotuning and lazy imports stay out of
 the timings). `engine_run` synchronizes CUDA before it stops the clock, so the times are the device's.
 Then one Fashion-MNIST FedAvg run of `--fedavg-rounds` rounds through `run_experiment` (the whole run:
-data, training, evaluation, outputs). Everything goes out as one JSON line on stdout.
+data, training, evaluation, outputs), and the same run with `train.fused_adam`. Everything goes out as one JSON line on stdout.
 
     bash benchmarks/gpu_check.sh                       # CUDA, sizes for a ~5 minute check
     bash benchmarks/gpu_check.sh --device cpu --tiny   # what tests/test_gpu_check.py runs
@@ -104,10 +104,11 @@ def time_model(args, model: str, bf16: bool) -> dict:
     return row
 
 
-def fedavg_run(args) -> dict:
-    """One FedAvg run of the Fashion-MNIST preset, the whole `run_experiment` timed."""
+def fedavg_run(args, fused_adam: bool = False) -> dict:
+    """One FedAvg run of the Fashion-MNIST preset, the whole `run_experiment` timed (fused_adam: with
+    train.fused_adam, torch's fused Adam kernel, when the preset trains with Adam)."""
     over = ["method.name=fedavg", "method.params={}", f"train.rounds={args.fedavg_rounds}",
-            f"train.device={args.device}", "train.threads=1"]
+            f"train.device={args.device}", "train.threads=1", f"train.fused_adam={str(fused_adam).lower()}"]
     over += [f"data.root={args.data_root}"] if args.data_root else []
     cfg = load_config(args.fedavg_config, over)
     with tempfile.TemporaryDirectory() as out:
@@ -152,10 +153,11 @@ def main() -> None:
             out["synthetic"].append(time_model(args, model, bf16))
             print(f"gpu_check: {model} bf16={bf16} done at {time.perf_counter() - t0:.0f} s", file=sys.stderr,
                   flush=True)
-    try:  # the dataset may be missing on a lent machine: keep the synthetic rows either way
-        out["fedavg"] = fedavg_run(args)
-    except Exception as err:  # noqa: BLE001
-        out["fedavg"] = {"config": args.fedavg_config, "error": f"{type(err).__name__}: {err}"[:500]}
+    for key, fused in (("fedavg", False), ("fedavg_fused_adam", True)):
+        try:  # the dataset may be missing on a lent machine: keep the synthetic rows either way
+            out[key] = fedavg_run(args, fused)
+        except Exception as err:  # noqa: BLE001
+            out[key] = {"config": args.fedavg_config, "error": f"{type(err).__name__}: {err}"[:500]}
     out["total_s"] = time.perf_counter() - t0
     print(json.dumps(out), flush=True)
 
