@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
@@ -22,18 +23,24 @@ TRIM_THRESHOLD = 1 << 30
 OPT_OUT = "FEDCORE_MALLOPT"  # set to 0 to leave glibc's defaults
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
-    """Raise glibc's mmap and trim thresholds once per process. False where it does not apply
-    (not glibc, or FEDCORE_MALLOPT=0) or glibc refused a value."""
+    """Raise glibc's mmap and trim thresholds, once per process (every later call returns the first
+    answer). False where it does not apply (not glibc, or FEDCORE_MALLOPT=0) or glibc refused a value."""
     if os.environ.get(OPT_OUT, "1") == "0":
         return False
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and other libcs have no mallopt
+    try:  # glibc's soname first: find_library may shell out to ldconfig, which slim images lack
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        name = ctypes.util.find_library("c")
+        if not name:
+            return False
+        try:
+            libc = ctypes.CDLL(name)
+        except OSError:
+            return False
+    mallopt = getattr(libc, "mallopt", None)  # musl and other libcs have none
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # mallopt returns 1 on success; setting the mmap threshold also stops glibc's dynamic one
