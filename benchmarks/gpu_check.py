@@ -4,8 +4,9 @@ Each model (the MLP, the GroupNorm CNN, a CIFAR-shaped ResNet-18 with GroupNorm:
 refuses BatchNorm) trains on synthetic uint8 images through the engine's round loop, once per executor,
 after a warm-up run of the same shape (kernel selection, cuDNN autotuning and lazy imports stay out of
 the timings). `engine_run` synchronizes CUDA before it stops the clock, so the times are the device's.
-Then one Fashion-MNIST FedAvg run of `--fedavg-rounds` rounds through `run_experiment` (the whole run:
-data, training, evaluation, outputs), and the same run with `train.fused_adam`. Everything goes out as one JSON line on stdout.
+Then one Fashion-MNIST FedAvg run of `--fedavg-rounds` rounds through `run_experiment` (the whole
+run: data, training, evaluation, outputs), and the same run with `train.fused_adam`. Everything goes
+out as one JSON line on stdout.
 
     bash benchmarks/gpu_check.sh                       # CUDA, sizes for a ~5 minute check
     bash benchmarks/gpu_check.sh --device cpu --tiny   # what tests/test_gpu_check.py runs

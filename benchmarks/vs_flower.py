@@ -151,7 +151,8 @@ def run_all(args) -> dict:
         res = out / f"fedcore_{executor}.json"
         cmd = [sys.executable, str(HERE / "vs_flower.py"), "--worker", "fedcore", "--executor", executor, "--data",
                str(art), "--worker-out", str(res), "--model", args.model, "--config", args.config, "--seed",
-               str(args.seed), "--fedcore-eval", args.fedcore_eval] + (["--rounds", str(args.rounds)] if args.rounds else [])
+               str(args.seed), "--fedcore-eval", args.fedcore_eval]
+        cmd += ["--rounds", str(args.rounds)] if args.rounds else []
         cmd += [x for s in args.set for x in ("-s", s)]
         wall, rss = timed(cmd, {"PYTHONPATH": str(REPO)}, out / f"fedcore_{executor}.log")
         rows.append(summarize(f"fedcore_{executor}", wall, rss, json.loads(res.read_text())))

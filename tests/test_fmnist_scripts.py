@@ -123,7 +123,8 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
     assert sum("method.params.ema_distill=false" in r and "views=plain" in r for r in runs) == 6
     for row in ("fedgr-clean", "fedavg-clean", "symmetric_ce-clean", "fedcorr-clean"):
         mine = [r for r in runs if f"/{row}/" in r]
-        assert len(mine) == (6 if row in ("fedgr-clean", "fedavg-clean") else 3) and all("/data-clean-s" in r for r in mine)
+        both_presets = row in ("fedgr-clean", "fedavg-clean")
+        assert len(mine) == (6 if both_presets else 3) and all("/data-clean-s" in r for r in mine)
         # the run must name the clean scene too, or the artifact's config hash refuses it
         assert all("-s noise.type=none" in r for r in mine)
     assert all("/data-s" in r and "noise.type=none" not in r for r in runs if "-clean/" not in r)

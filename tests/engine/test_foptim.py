@@ -131,6 +131,7 @@ def test_train_fused_adam_reaches_the_sequential_optimizer():
     from fedcore.train.local import make_optimizer
 
     w = [torch.zeros(3, requires_grad=True)]
-    on = OptimSpec.from_train(load_config("configs/quickstart.yaml", ["train.optimizer=adam", "train.fused_adam=true"]).train)
-    off = OptimSpec.from_train(load_config("configs/quickstart.yaml", ["train.optimizer=adam"]).train)
+    adam = ["train.optimizer=adam"]
+    on = OptimSpec.from_train(load_config("configs/quickstart.yaml", [*adam, "train.fused_adam=true"]).train)
+    off = OptimSpec.from_train(load_config("configs/quickstart.yaml", adam).train)
     assert make_optimizer(w, on).defaults["fused"] is True and not make_optimizer(w, off).defaults["fused"]
