@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import torch
 
@@ -13,15 +10,11 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import FederatedDataset
 from fedcore.registries import load_config
 from fedcore.run import make_context
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks.loader import bench_module
 
 
 def _peer_data():
-    spec = importlib.util.spec_from_file_location("bench_peer_data", BENCH / "peer_data.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("peer_data")
 
 
 def test_export_reproduces_the_artifacts_partition_noisy_labels_and_inputs(tmp_path):

@@ -3,31 +3,14 @@ the MLP that count must equal the hand count of its GEMMs, on both executors (no
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from fedcore.data.build import build
 from fedcore.registries import load_config
+from tests.benchmarks.loader import bench_module
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-roofline = _load("roofline")
+roofline = bench_module("roofline")
 
 
 def test_hand_count_of_one_mlp_step():

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks.loader import bench_module
 
 
 def _vs_flower():
-    spec = importlib.util.spec_from_file_location("bench_vs_flower", BENCH / "vs_flower.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("vs_flower")
 
 
 @pytest.mark.parametrize("evaluation, memorization", [("test", False), ("full", True)])
