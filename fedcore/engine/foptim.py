@@ -91,7 +91,6 @@ class StackedAdam:
             denom.div_((1 - beta2**step) ** 0.5).add_(self.eps)
             p.addcdiv_(m, denom, value=-step_size)
 
-
     def _fused_step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
         """torch.optim.Adam(fused=True)'s update: one kernel over every tensor, elementwise, so each
         row still ends where its own fused optimizer would, up to the kernel's rounding (it is not

@@ -4,8 +4,9 @@ A batched round allocates and frees the same few-MiB tensors every local step (t
 gradients of a layer, the optimizer's temporaries). glibc serves blocks above its mmap threshold
 with a fresh mmap and trims the heap's top once it holds more than its trim threshold, so each
 step page-faults and zero-fills that memory again. Raising both thresholds lets the allocator
-reuse the freed blocks: on the Fashion-MNIST MLP benchmark (batched, one thread) a round took
-about 10% less (docs/performance.md). Values are untouched; only where memory comes from changes.
+reuse the freed blocks (measured with the stacked optimizer's kept buffer and the store's in-place
+normalization, which remove the rest of those page faults: docs/performance.md, "Allocation").
+Values are untouched; only where memory comes from changes.
 The cost: a process keeps its peak heap until it exits, which its peak RSS already was.
 """
 
