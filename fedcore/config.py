@@ -43,10 +43,16 @@ def _finite_tree(tree: Any, path: str = "") -> Any:
 Params = Annotated[dict[str, Any], AfterValidator(_finite_tree)]
 
 
-def tune_range(low: float, high: float, log: bool = False) -> dict[str, Any]:
+def tune_range(low: float, high: float, log: bool = False,
+               by_optimizer: dict[str, tuple[float, float] | None] | None = None) -> dict[str, Any]:
     """A field's search space for `fedcore tune` (and Katib), kept beside its default:
-    `Field(0.05, json_schema_extra=tune_range(1e-3, 0.2, log=True))`. `fedcore.tuning` reads it."""
-    return {"tune": {"low": low, "high": high, "log": log}}
+    `Field(0.05, json_schema_extra=tune_range(1e-3, 0.2, log=True))`. `fedcore.tuning` reads it.
+    `by_optimizer` replaces the range under another `train.optimizer` (None: not tuned with it),
+    because an SGD learning rate is no Adam one, and Adam has no momentum to tune."""
+    spec: dict[str, Any] = {"low": low, "high": high, "log": log}
+    if by_optimizer:
+        spec["by_optimizer"] = {k: (list(v) if v is not None else None) for k, v in by_optimizer.items()}
+    return {"tune": spec}
 
 
 class Strict(BaseModel):
@@ -153,8 +159,9 @@ class TrainConfig(Strict):
     batch_size: Int = Field(32, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = Field(0.05, gt=0.0, le=10.0, description="learning rate (above 10 every optimizer diverges)",
-                      json_schema_extra=tune_range(0.005, 0.2, log=True))
-    momentum: float = Field(0.9, ge=0.0, lt=1.0, json_schema_extra=tune_range(0.0, 0.95))
+                      json_schema_extra=tune_range(0.005, 0.2, log=True, by_optimizer={"adam": (1e-4, 1e-2)}))
+    # Adam ignores momentum (its betas stay torch's defaults), so it is not searched there.
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, json_schema_extra=tune_range(0.0, 0.95, by_optimizer={"adam": None}))
     weight_decay: float = Field(5e-4, ge=0.0, le=1.0, json_schema_extra=tune_range(1e-5, 1e-2, log=True))
     grad_clip: float | None = Field(
         None, gt=0.0, description="clip each local step's gradient to this global L2 norm "

@@ -38,16 +38,23 @@ def config_methods(
 
 
 def space_table(name: str):
-    """What `fedcore tune` searches for this method: the train section's ranges and the method's own."""
+    """What `fedcore tune` searches for this method: the train section's ranges and the method's own,
+    one column per `train.optimizer` (an Adam learning rate is not an SGD one)."""
+    from typing import get_args
+
     from rich.table import Table
 
-    from fedcore.config import ExperimentConfig
+    from fedcore.config import ExperimentConfig, TrainConfig
     from fedcore.tuning.space import full_space
 
-    cfg = ExperimentConfig.model_validate({"method": {"name": name}})
-    table = Table("param", "search space", title=f"{name}: fedcore tune searches (Katib too)")
-    for dim in full_space(cfg):
-        table.add_row(dim.path, dim.describe())
+    optimizers = get_args(TrainConfig.model_fields["optimizer"].annotation)
+    spaces = {opt: {d.path: d.describe() for d in full_space(ExperimentConfig.model_validate(
+        {"method": {"name": name}, "train": {"optimizer": opt}}))} for opt in optimizers}
+    table = Table("param", *(f"search space (optimizer: {o})" for o in optimizers),
+                  title=f"{name}: fedcore tune searches (Katib too)")
+    paths = list(dict.fromkeys(p for space in spaces.values() for p in space))
+    for path in paths:
+        table.add_row(path, *(spaces[o].get(path, "not searched") for o in optimizers))
     return table
 
 

@@ -32,14 +32,21 @@ class Dim:
         return f"{kind} in [{self.low:g}, {self.high:g}]{' (log)' if self.log else ''}"
 
 
-def declared(model: type[BaseModel]) -> dict[str, Dim]:
-    """The tunable fields of a pydantic model, by field name (paths are filled in by the caller)."""
+def declared(model: type[BaseModel], optimizer: str | None = None) -> dict[str, Dim]:
+    """The tunable fields of a pydantic model, by field name (paths are filled in by the caller);
+    `optimizer` picks a field's per-optimizer range where it declares one (and drops a field that
+    is not tuned under that optimizer)."""
     out = {}
     for name, field in model.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         spec = extra.get("tune")
         if not spec:
             continue
+        per = spec.get("by_optimizer") or {}
+        if optimizer in per:
+            if per[optimizer] is None:
+                continue
+            spec = {**spec, "low": per[optimizer][0], "high": per[optimizer][1]}
         integer = field.annotation is int or (isinstance(field.get_default(), int)
                                               and not isinstance(field.get_default(), bool)
                                               and isinstance(spec["low"], int) and isinstance(spec["high"], int))
@@ -51,7 +58,8 @@ def full_space(cfg: ExperimentConfig) -> list[Dim]:
     """Every declared dimension for this config: train.* first, then method.params.*."""
     from fedcore.methods.registry import get_method
 
-    dims = [Dim(f"train.{d.path}", d.low, d.high, d.log, d.integer) for d in declared(TrainConfig).values()]
+    dims = [Dim(f"train.{d.path}", d.low, d.high, d.log, d.integer)
+            for d in declared(TrainConfig, cfg.train.optimizer).values()]
     dims += [Dim(f"method.params.{d.path}", d.low, d.high, d.log, d.integer)
              for d in declared(get_method(cfg.method.name).params).values()]
     return dims

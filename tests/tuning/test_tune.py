@@ -44,6 +44,25 @@ def test_search_space_reads_the_declared_ranges():
     assert back.train.lr == 0.0123456789012345 and back.train.weight_decay == 1e-5
 
 
+def test_the_train_ranges_follow_the_optimizer(capsys):
+    # An SGD learning rate range would send Adam far past its usual 1e-3, and Adam has no momentum.
+    adam = {d.path: d for d in search_space(load_config(CONFIG, ["method.name=fedavg", "train.optimizer=adam"]))}
+    assert adam["train.lr"] == Dim("train.lr", 1e-4, 1e-2, log=True)
+    assert "train.momentum" not in adam
+    assert adam["train.weight_decay"] == Dim("train.weight_decay", 1e-5, 1e-2, log=True)
+    sgd = {d.path: d for d in search_space(load_config(CONFIG, ["method.name=fedavg", "train.optimizer=sgd"]))}
+    assert sgd["train.momentum"] == Dim("train.momentum", 0.0, 0.95)
+    with pytest.raises(Exception, match="not tunable"):
+        search_space(load_config(CONFIG, ["train.optimizer=adam"]), ["momentum"])
+    from rich.console import Console
+
+    from fedcore.cli.config import space_table
+
+    Console(width=200).print(space_table("fedavg"))
+    shown = capsys.readouterr().out
+    assert "optimizer: adam" in shown and "not searched" in shown and "[0.0001, 0.01]" in shown
+
+
 def test_pruning_callback_stops_the_run_the_trial_prunes():
     class Trial:
         def __init__(self):
