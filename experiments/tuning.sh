@@ -5,15 +5,17 @@
 # and the tuned setting run on the reporting seeds, every run on that seed's one artifact.
 #
 # Usage: experiments/tuning.sh [OUT]      (default runs/tuning); prints the tables at the end.
-# Environment: SCENES (fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09),
-#   METHODS (default: every baseline plus the scene's own method; also a named variant such as
-#   fedgr-robust, FedGR's `profile: robust`), TRIALS (8), TUNE_SEED (100),
+# Environment: SCENES (fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09
+#   fedharmony_scenes), METHODS (default: every baseline plus the scene's own method, and on the
+#   multi-label fedharmony_* scenes the baselines that train multi-label: FedAvg, FedProx; also a named
+#   variant: fedgr-robust, FedGR's `profile: robust`, or fedharmony-v3, spec v3's reading at lam 0.1),
+#   TRIALS (8), TUNE_SEED (100),
 #   SEEDS ("0 1 2"), JOBS (1: the reporting runs in parallel; tunes run one at a time), PY (.venv/bin/python).
 # Everything is resumable and skipped when done: a tune reruns to TRIALS finished trials (a killed one
 # adds only the missing trials), a run with metrics.json is skipped, so a grid can be run in parts.
 set -euo pipefail
 OUT=${1:-runs/tuning}
-SCENES=${SCENES:-"fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09"}
+SCENES=${SCENES:-"fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09 fedharmony_scenes"}
 TRIALS=${TRIALS:-8}
 TUNE_SEED=${TUNE_SEED:-100}
 SEEDS=${SEEDS:-"0 1 2"}
@@ -22,13 +24,28 @@ PY=${PY:-.venv/bin/python}
 VAL="-s data.validation.fraction=0.1"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 BASELINES="fedavg fedprox symmetric_ce coteaching fednoro fedcorr dividemix"
+MULTI_BASELINES="fedavg fedprox"  # the others refuse multi-label data
 
-own_method() { case $1 in fedgr_*) echo fedgr ;; fedsir_*) echo fedsir ;; fedrg_*) echo fedrg ;; *) echo "" ;; esac; }
+own_method() {
+  case $1 in fedgr_*) echo fedgr ;; fedsir_*) echo fedsir ;; fedrg_*) echo fedrg ;; fedharmony_*) echo fedharmony ;;
+    *) echo "" ;; esac
+}
+default_methods() {
+  case $1 in fedharmony_*) echo "$MULTI_BASELINES fedharmony fedharmony-v3" ;;
+    *) echo "$BASELINES $(own_method "$1")" ;; esac
+}
+# Spec v3's reading of FedHarmony (experiments/fedharmony.sh's V3, lam 0.1 as picked there on validation).
+HARMONY_V3="-s method.params.timing=start -s method.params.teacher=pooled -s method.params.weighting=abs \
+-s method.params.diagonal=true -s method.params.scale=sum -s method.params.lam_schedule=caa \
+-s method.params.gamma_by=median -s method.params.mask_unannotated=true -s method.params.lam=0.1"
 
 # Named variants: a row that is a method with fixed params, tuned like any other row (same budget,
 # same search space); the fixed params stay in its best.yaml.
-variant_args() { case $1 in fedgr-robust) echo "-s method.params.profile=robust" ;; *) echo "" ;; esac; }
-base_method() { case $1 in fedgr-robust) echo fedgr ;; *) echo "$1" ;; esac; }
+variant_args() {
+  case $1 in fedgr-robust) echo "-s method.params.profile=robust" ;; fedharmony-v3) echo "$HARMONY_V3" ;;
+    *) echo "" ;; esac
+}
+base_method() { case $1 in fedgr-robust) echo fedgr ;; fedharmony-v3) echo fedharmony ;; *) echo "$1" ;; esac; }
 
 method_args() {  # scene row -> the overrides that run the row's method on the scene's preset
   local own m
@@ -48,7 +65,7 @@ jobs_file=$(mktemp)
 trap 'rm -f "$jobs_file"' EXIT
 for scene in $SCENES; do
   preset=configs/fmnist/$scene.yaml
-  methods=${METHODS:-"$BASELINES $(own_method "$scene")"}
+  methods=${METHODS:-$(default_methods "$scene")}
   for m in $methods; do
     tune=$OUT/$scene/$m/tune
     # shellcheck disable=SC2046

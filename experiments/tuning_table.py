@@ -7,7 +7,8 @@ test accuracy and the test accuracy at the round validation picks, mean +- std),
 spent, and two verdicts for the tuned row, each on every seed: above FedAvg's test-best round (an oracle
 no user has) and above FedAvg stopped early on validation (acc_at_val_best). FedAvg's reference is, per
 seed and per criterion, the better of its default and tuned rows. A seed that diverged or whose model
-predicts one class is named in the row.
+predicts one class is named in the row. A multi-label scene's runs carry mAP instead of accuracy
+(`final/mAP_last10`, ...); the table reads whichever the scene's FedAvg runs report.
 """
 
 from __future__ import annotations
@@ -66,14 +67,22 @@ def verdict(mine: dict[int, dict], ref: dict[int, float], key: str) -> str:
     return f"{'✓' if all(wins) and len(wins) == len(common) else '✗'} ({100 * margin:+.1f})"
 
 
-def reference(scene: Path) -> tuple[dict[int, float], dict[int, float]]:
+def metric_of(scene: Path) -> str:
+    """'mAP' where the scene's runs report it (a multi-label scene), else 'acc'."""
+    for run in sorted(scene.glob("*/*/s*")):
+        if (m := load(run)) is not None:
+            return "mAP" if "final/mAP_last10" in m else "acc"
+    return "acc"
+
+
+def reference(scene: Path, metric: str = "acc") -> tuple[dict[int, float], dict[int, float]]:
     """FedAvg per seed: the better test-best round and the better acc_at_val_best of its two rows."""
     rows = [seeds_of(scene / "fedavg" / r) for r in ("default", "tuned")]
     best, val = {}, {}
     for rs in rows:
         for s, m in rs.items():
-            best[s] = max(best.get(s, 0.0), m["final/acc_best"])
-            val[s] = max(val.get(s, 0.0), m.get("final/acc_at_val_best", 0.0))
+            best[s] = max(best.get(s, 0.0), m[f"final/{metric}_best"])
+            val[s] = max(val.get(s, 0.0), m.get(f"final/{metric}_at_val_best", 0.0))
     return best, val
 
 
@@ -87,10 +96,12 @@ def tune_info(tune: Path) -> str:
 
 def table(out: Path, scene: str) -> str:
     root = out / scene
-    best, val = reference(root)
-    lines = [f"### {scene}", "",
-             "| method | trials | default last-10 | default acc@val | tuned last-10 | tuned acc@val "
-             "| tuned > FedAvg test-best | tuned > FedAvg acc@val | seeds, notes |",
+    metric = metric_of(root)
+    last10, at_val = f"final/{metric}_last10", f"final/{metric}_at_val_best"
+    best, val = reference(root, metric)
+    lines = [f"### {scene}" + (f" ({metric})" if metric != "acc" else ""), "",
+             f"| method | trials | default last-10 | default {metric}@val | tuned last-10 | tuned {metric}@val "
+             f"| tuned > FedAvg test-best | tuned > FedAvg {metric}@val | seeds, notes |",
              "|---|---|---|---|---|---|---|---|---|"]
     for mdir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("data")):
         d, t = seeds_of(mdir / "default"), seeds_of(mdir / "tuned")
@@ -99,15 +110,15 @@ def table(out: Path, scene: str) -> str:
         extra = notes(mdir / "default", d) + [f"tuned {n}" for n in notes(mdir / "tuned", t)]
         # FedAvg is the reference itself: judging it against the better of its own rows says nothing.
         v_best, v_val = (("reference",) * 2 if mdir.name == "fedavg"
-                         else (verdict(t, best, "final/acc_last10"), verdict(t, val, "final/acc_last10")))
+                         else (verdict(t, best, last10), verdict(t, val, last10)))
         lines.append(
-            f"| {mdir.name} | {tune_info(mdir / 'tune')} | {fmt(col(d, 'final/acc_last10'))} "
-            f"| {fmt(col(d, 'final/acc_at_val_best'))} | {fmt(col(t, 'final/acc_last10'))} "
-            f"| {fmt(col(t, 'final/acc_at_val_best'))} | {v_best} "
+            f"| {mdir.name} | {tune_info(mdir / 'tune')} | {fmt(col(d, last10))} "
+            f"| {fmt(col(d, at_val))} | {fmt(col(t, last10))} "
+            f"| {fmt(col(t, at_val))} | {v_best} "
             f"| {v_val} | {len(d)}/{len(t)}{'; ' + ', '.join(extra) if extra else ''} |")
     lines.append("")
     lines.append(f"FedAvg reference per seed (better of default and tuned): test-best {fmt(list(best.values()))}, "
-                 f"acc@val {fmt(list(val.values()))}.")
+                 f"{metric}@val {fmt(list(val.values()))}.")
     return "\n".join(lines)
 
 

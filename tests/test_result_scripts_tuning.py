@@ -37,3 +37,19 @@ def test_verdicts_use_the_better_fedavg_row_per_seed(tmp_path):
     assert "test-best 52.5 ± 3.5, acc@val 47.5 ± 3.5" in text
     fedavg = next(line for line in text.splitlines() if line.startswith("| fedavg "))
     assert [c.strip() for c in fedavg.split("|")[1:-1]][6:8] == ["reference", "reference"]
+
+
+def test_a_multi_label_scene_is_judged_on_map(tmp_path):
+    scene = tmp_path / "h"
+    for row, (last10, best, at_val) in {("fedavg", "default"): (0.80, 0.85, 0.84),
+                                        ("fedharmony", "tuned"): (0.86, 0.87, 0.86)}.items():
+        run = scene / row[0] / row[1] / "s0"
+        run.mkdir(parents=True)
+        summary = {"final/mAP_last10": last10, "final/mAP_best": best, "final/mAP_at_val_best": at_val}
+        (run / "metrics.json").write_text(json.dumps({"summary": summary}))
+    text = tt.table(tmp_path, "h")
+    assert text.startswith("### h (mAP)") and "tuned mAP@val" in text
+    row = next(line for line in text.splitlines() if line.startswith("| fedharmony "))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[4] == "86.0" and cells[6] == "✓ (+1.0)" and cells[7] == "✓ (+2.0)"
+    assert "test-best 85.0, mAP@val 84.0" in text

@@ -79,3 +79,21 @@ def test_a_named_variant_is_its_method_with_fixed_params(tmp_path):
     for c in (tune, default):
         assert "-s method.params.profile=robust" in c and "method.name=" not in c
     assert "fedgr-robust/tune" in tune
+
+
+def test_a_multi_label_scene_tunes_only_the_methods_that_train_multi_label(tmp_path):
+    py, log = tmp_path / "py", tmp_path / "log"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    env = {"PY": str(py), "FAKE_LOG": str(log), "REAL_PY": sys.executable, "PATH": "/usr/bin:/bin",
+           "SCENES": "fedharmony_scenes", "TRIALS": "2", "SEEDS": "0"}
+    done = subprocess.run(["bash", "experiments/tuning.sh", str(tmp_path / "h")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tunes = [c for c in log.read_text().splitlines() if c.startswith("-m fedcore tune")]
+    rows = sorted(c.split("--out ")[1].split()[0].split("/")[-2] for c in tunes)
+    assert rows == ["fedavg", "fedharmony", "fedharmony-v3", "fedprox"]
+    v3 = next(c for c in tunes if "fedharmony-v3/tune" in c)
+    assert "-s method.params.lam=0.1" in v3 and "-s method.params.timing=start" in v3 and "method.name=" not in v3
+    own = next(c for c in tunes if "/fedharmony/tune" in c)
+    assert "method.params" not in own  # the preset's FedHarmony as it stands
