@@ -94,6 +94,20 @@ def tune_info(tune: Path) -> str:
     return f"{t['n_trials']} ({t['n_pruned']} pruned, {t.get('n_diverged', 0)} diverged)"
 
 
+def ranking(means: dict[str, dict[str, float]]) -> str:
+    """What tuning changed in the order: the rows by mean last-10, default setting then tuned,
+    over the rows that have both."""
+    both = sorted(set(means["default"]) & set(means["tuned"]))
+    if not both:
+        return "Ranking: no row has both settings yet."
+
+    def order(which: str) -> str:
+        rows = sorted(both, key=lambda m: -means[which][m])
+        return " > ".join(f"{m} {100 * means[which][m]:.1f}" for m in rows)
+
+    return f"Ranking by mean last-10, default: {order('default')}. Tuned: {order('tuned')}."
+
+
 def table(out: Path, scene: str) -> str:
     root = out / scene
     metric = metric_of(root)
@@ -103,10 +117,14 @@ def table(out: Path, scene: str) -> str:
              f"| method | trials | default last-10 | default {metric}@val | tuned last-10 | tuned {metric}@val "
              f"| tuned > FedAvg test-best | tuned > FedAvg {metric}@val | seeds, notes |",
              "|---|---|---|---|---|---|---|---|---|"]
+    means: dict[str, dict[str, float]] = {"default": {}, "tuned": {}}
     for mdir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("data")):
         d, t = seeds_of(mdir / "default"), seeds_of(mdir / "tuned")
         if not d and not t:
             continue
+        for name, rows in (("default", d), ("tuned", t)):
+            if vals := col(rows, last10):
+                means[name][mdir.name] = statistics.fmean(vals)
         extra = notes(mdir / "default", d) + [f"tuned {n}" for n in notes(mdir / "tuned", t)]
         # FedAvg is the reference itself: judging it against the better of its own rows says nothing.
         v_best, v_val = (("reference",) * 2 if mdir.name == "fedavg"
@@ -117,6 +135,7 @@ def table(out: Path, scene: str) -> str:
             f"| {fmt(col(t, at_val))} | {v_best} "
             f"| {v_val} | {len(d)}/{len(t)}{'; ' + ', '.join(extra) if extra else ''} |")
     lines.append("")
+    lines += [ranking(means), ""]
     lines.append(f"FedAvg reference per seed (better of default and tuned): test-best {fmt(list(best.values()))}, "
                  f"{metric}@val {fmt(list(val.values()))}.")
     return "\n".join(lines)

@@ -53,3 +53,14 @@ def test_a_multi_label_scene_is_judged_on_map(tmp_path):
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[4] == "86.0" and cells[6] == "✓ (+1.0)" and cells[7] == "✓ (+2.0)"
     assert "test-best 85.0, mAP@val 84.0" in text
+
+
+def test_the_ranking_line_orders_rows_by_mean_last10_per_setting(tmp_path):
+    scene = tmp_path / "r"
+    for method, (d, t) in {"fedavg": (0.30, 0.60), "sce": (0.50, 0.55), "half": (0.9, None)}.items():
+        _run(scene / method / "default" / "s0", d, 0.9, 0.5)
+        if t is not None:
+            _run(scene / method / "tuned" / "s0", t, 0.9, 0.5)
+    text = tt.table(tmp_path, "r")
+    assert "default: sce 50.0 > fedavg 30.0. Tuned: fedavg 60.0 > sce 55.0." in text
+    assert tt.ranking({"default": {"a": 0.1}, "tuned": {}}) == "Ranking: no row has both settings yet."
