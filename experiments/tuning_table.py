@@ -1,6 +1,7 @@
 """Tables of docs/results/tuning.md from the runs of experiments/tuning.sh.
 
     python experiments/tuning_table.py OUT SCENE...
+    python experiments/tuning_table.py --summary OUT SCENE...   (one table: methods x scenes)
 
 One table per scene: per method, the default and the tuned setting on the reporting seeds (last-10
 test accuracy and the test accuracy at the round validation picks, mean +- std), the trials the tune
@@ -141,7 +142,38 @@ def table(out: Path, scene: str) -> str:
     return "\n".join(lines)
 
 
+def summary(out: Path, scenes: list[str]) -> str:
+    """Methods x scenes, at a glance: each tuned row's mean last-10, marked ✓ where it beats both
+    FedAvg references (test-best round and stopped on validation) on every seed, else ✗; FedAvg's
+    cell is its tuned mean. A row not run on a scene reads "not run"."""
+    scenes = [s for s in scenes if (out / s).is_dir()]
+    cells: dict[str, dict[str, str]] = {}
+    for scene in scenes:
+        root = out / scene
+        metric = metric_of(root)
+        last10 = f"final/{metric}_last10"
+        best, val = reference(root, metric)
+        for mdir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("data")):
+            t = seeds_of(mdir / "tuned")
+            if not (vals := col(t, last10)):
+                continue
+            mean = f"{100 * statistics.fmean(vals):.1f}"
+            if mdir.name == "fedavg":
+                cells.setdefault(mdir.name, {})[scene] = f"{mean} (reference)"
+                continue
+            wins = verdict(t, best, last10).startswith("✓") and verdict(t, val, last10).startswith("✓")
+            cells.setdefault(mdir.name, {})[scene] = f"{mean} {'✓' if wins else '✗'}"
+    head = "| method (tuned, mean last-10) | " + " | ".join(scenes) + " |"
+    lines = [head, "|---" * (len(scenes) + 1) + "|"]
+    order = sorted(cells, key=lambda m: (m != "fedavg", m))
+    lines += [f"| {m} | " + " | ".join(cells[m].get(s, "not run") for s in scenes) + " |" for m in order]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
+    if argv and argv[0] == "--summary":
+        print(summary(Path(argv[1]), argv[2:]))
+        return
     out = Path(argv[0])
     for scene in argv[1:]:
         if (out / scene).is_dir():

@@ -64,3 +64,18 @@ def test_the_ranking_line_orders_rows_by_mean_last10_per_setting(tmp_path):
     text = tt.table(tmp_path, "r")
     assert "default: sce 50.0 > fedavg 30.0. Tuned: fedavg 60.0 > sce 55.0." in text
     assert tt.ranking({"default": {"a": 0.1}, "tuned": {}}) == "Ranking: no row has both settings yet."
+
+
+def test_the_summary_marks_a_row_only_when_it_beats_both_references_on_every_seed(tmp_path):
+    for scene, sce_last10 in (("a", [0.60, 0.62]), ("b", [0.60, 0.40])):
+        for seed in (0, 1):
+            _run(tmp_path / scene / "fedavg" / "default" / f"s{seed}", 0.3, 0.50, 0.45)
+            _run(tmp_path / scene / "fedavg" / "tuned" / f"s{seed}", 0.4, 0.55, 0.50)
+            _run(tmp_path / scene / "sce" / "tuned" / f"s{seed}", sce_last10[seed], 0.7, 0.6)
+    _run(tmp_path / "a" / "fedcorr" / "tuned" / "s0", 0.9, 0.9, 0.9)
+    text = tt.summary(tmp_path, ["a", "b", "absent"])
+    lines = text.splitlines()
+    assert lines[0] == "| method (tuned, mean last-10) | a | b |"
+    assert lines[2] == "| fedavg | 40.0 (reference) | 40.0 (reference) |"
+    assert "| sce | 61.0 ✓ | 50.0 ✗ |" in lines
+    assert "| fedcorr | 90.0 ✓ | not run |" in lines
