@@ -2,6 +2,7 @@
 
     python experiments/tuning_table.py OUT SCENE...
     python experiments/tuning_table.py --summary OUT SCENE...   (one table: methods x scenes)
+    python experiments/tuning_table.py --figure PNG OUT SCENE... (default and tuned bars per scene)
 
 One table per scene: per method, the default and the tuned setting on the reporting seeds (last-10
 test accuracy and the test accuracy at the round validation picks, mean +- std), the trials the tune
@@ -170,9 +171,43 @@ def summary(out: Path, scenes: list[str]) -> str:
     return "\n".join(lines)
 
 
+def figure_data(out: Path, scenes: list[str]) -> tuple[dict, dict, str]:
+    """(panels, refs, metric) for `plots.paired_bars_figure`, in percent: per scene and row, the default
+    and tuned last-10 (mean, std); the refs are FedAvg's mean test-best round and stopped-on-validation."""
+    panels: dict[str, dict] = {}
+    refs: dict[str, dict[str, float]] = {}
+    metric = "acc"
+    for scene in (s for s in scenes if (out / s).is_dir()):
+        root = out / scene
+        metric = metric_of(root)
+        last10 = f"final/{metric}_last10"
+        rows: dict[str, dict[str, tuple[float, float]]] = {}
+        for mdir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("data")):
+            for setting in ("default", "tuned"):
+                if vals := col(seeds_of(mdir / setting), last10):
+                    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+                    rows.setdefault(mdir.name, {})[setting] = (100 * statistics.fmean(vals), 100 * sd)
+        best, val = reference(root, metric)
+        panels[scene] = rows
+        if best:
+            refs[scene] = {"FedAvg test-best": 100 * statistics.fmean(best.values()),
+                           f"FedAvg {metric}@val": 100 * statistics.fmean(val.values())}
+    return panels, refs, metric
+
+
 def main(argv: list[str]) -> None:
     if argv and argv[0] == "--summary":
         print(summary(Path(argv[1]), argv[2:]))
+        return
+    if argv and argv[0] == "--figure":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from fedcore.reporting.plots import paired_bars_figure, save
+
+        panels, refs, metric = figure_data(Path(argv[2]), argv[3:])
+        if not panels:
+            raise SystemExit(f"tuning_table: no scene of {' '.join(argv[3:])} under {argv[2]}")
+        save(paired_bars_figure(panels, refs, xlabel=f"last-10 test {metric} (%)"), argv[1])
+        print(f"wrote {argv[1]}")
         return
     out = Path(argv[0])
     for scene in argv[1:]:

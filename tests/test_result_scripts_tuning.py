@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 SPEC = importlib.util.spec_from_file_location("tuning_table", Path("experiments/tuning_table.py"))
 tt = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(tt)
@@ -79,3 +81,18 @@ def test_the_summary_marks_a_row_only_when_it_beats_both_references_on_every_see
     assert lines[2] == "| fedavg | 40.0 (reference) | 40.0 (reference) |"
     assert "| sce | 61.0 ✓ | 50.0 ✗ |" in lines
     assert "| fedcorr | 90.0 ✓ | not run |" in lines
+
+
+def test_the_figure_has_a_panel_per_scene_with_both_settings_and_fedavgs_bars(tmp_path):
+    for seed in (0, 1):
+        _run(tmp_path / "a" / "fedavg" / "default" / f"s{seed}", 0.3, 0.50, 0.45)
+        _run(tmp_path / "a" / "fedavg" / "tuned" / f"s{seed}", 0.4, [0.55, 0.65][seed], 0.50)
+        _run(tmp_path / "a" / "sce" / "tuned" / f"s{seed}", [0.6, 0.7][seed], 0.7, 0.6)
+    panels, refs, metric = tt.figure_data(tmp_path, ["a", "absent"])
+    assert list(panels) == ["a"] and metric == "acc"
+    assert panels["a"]["fedavg"]["default"] == (30.0, 0.0)
+    assert panels["a"]["sce"]["tuned"] == pytest.approx((65.0, 7.0710678))
+    assert refs["a"] == {"FedAvg test-best": pytest.approx(60.0), "FedAvg acc@val": pytest.approx(50.0)}
+    png = tmp_path / "t.png"
+    tt.main(["--figure", str(png), str(tmp_path), "a"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -215,3 +215,37 @@ def panels_figure(panels: dict[str, dict[str, Band]], title: str = "", cols: int
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(title)
     return fig
+
+
+Pair = tuple[float, float]  # mean, std
+
+
+def paired_bars_figure(panels: dict[str, dict[str, dict[str, Pair]]], refs: dict[str, dict[str, float]],
+                       xlabel: str, cols: int = 3) -> Figure:
+    """One panel per group (e.g. a scene): per row, a bar per setting (e.g. default and tuned, mean ±
+    std) and dashed vertical lines at the panel's reference values (e.g. FedAvg's bars to beat)."""
+    names = list(panels)
+    cols = max(1, min(cols, len(names)))
+    rows = max(1, math.ceil(len(names) / cols))
+    height = max(len(p) for p in panels.values()) * 0.42 + 1.3 if panels else 2.0
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, height * rows), squeeze=False, layout="constrained")
+    settings = list(dict.fromkeys(s for p in panels.values() for row in p.values() for s in row))
+    colors = group_colors(settings)
+    ref_styles = ["--", ":", "-."]
+    for ax, name in zip(axes.flat, names, strict=False):
+        labels = list(panels[name])
+        y = np.arange(len(labels))
+        width = 0.8 / max(1, len(settings))
+        for i, setting in enumerate(settings):
+            vals = [panels[name][lab].get(setting, (np.nan, 0.0)) for lab in labels]
+            ax.barh(y + (i - (len(settings) - 1) / 2) * width, [v[0] for v in vals], height=width,
+                    xerr=[v[1] for v in vals], color=colors[setting], capsize=2, label=setting)
+        for j, (ref, x) in enumerate(refs.get(name, {}).items()):
+            ax.axvline(x, color="black", linestyle=ref_styles[j % len(ref_styles)], linewidth=1, label=ref)
+        ax.set_yticks(y, labels)
+        ax.invert_yaxis()
+        ax.set(title=name, xlabel=xlabel)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    return fig
