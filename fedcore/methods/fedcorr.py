@@ -26,7 +26,8 @@ Choices and departures (facts read from the public code, github Xu-Jingyi/FedCor
   only a client writes its own labels); the model it uses is the end-of-pass snapshot.
 - The proximal term is the unsquared norm, as in the code (beta = 5 in its README).
 - The three stages fit inside train.rounds (`budget: within`, see `fedcorr_stages.stage_split`:
-  pre-processing takes `preprocess_share` of it in whole passes, fine-tuning half the rest),
+  pre-processing takes `preprocess_share` of it in whole passes, at least one pass where the
+  budget holds one, fine-tuning half the rest),
   so FedCorr gets every other method's budget; `budget: extra` puts `iterations` passes on top
   (the former behaviour). With preprocess_clients=1 a pre-processing round's global model is one
   client's local model: on a federation where clients hold 1-3 classes it sits near chance
@@ -38,6 +39,7 @@ Choices and departures (facts read from the public code, github Xu-Jingyi/FedCor
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -51,13 +53,15 @@ from fedcore.config import tune_range
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, ServerState, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
-from fedcore.methods.fedcorr_stages import stage_split
+from fedcore.methods.fedcorr_stages import judges, stage_split
 from fedcore.methods.registry import MethodParams, register
 from fedcore.stats.gmm import clean_posterior, noisy_fraction
 from fedcore.stats.lid import lid_mle
 from fedcore.train import losses
 from fedcore.train.local import predict_client
 from fedcore.train.params import load_params_
+
+log = logging.getLogger(__name__)
 
 _ORDER_SALT, _PICK_SALT = 0xC0A1, 0xC0A2
 
@@ -121,6 +125,11 @@ class FedCorr(StagedMethod):
                               f"but the data has {len(ctx.clients)} clients; set partition.num_clients to match")
         state = super().init(ctx)
         self.snapshot = self.build_model().to(ctx.device).eval()
+        pre = next((s.rounds for s in self.stages if s.name == "preprocess"), 0)
+        if not judges(pre, self.per_pass):
+            log.warning("warning: fedcorr pre-processes %d round(s), under one pass of %d: no client will be judged "
+                        "noisy and FedCorr runs as FedAvg; give train.rounds (or preprocess_clients) room for a "
+                        "pass", pre, self.per_pass)
         return state
 
     @property

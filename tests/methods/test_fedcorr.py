@@ -9,7 +9,7 @@ import torch
 from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
 from fedcore.methods.fedcorr import adaptive_proximal, confident_relabel, loss_level, loss_relabel
-from fedcore.methods.fedcorr_stages import stage_split
+from fedcore.methods.fedcorr_stages import judges, stage_split
 from fedcore.methods.registry import build_method
 from fedcore.run import run_experiment
 from fedcore.stats.lid import lid_mle
@@ -160,8 +160,30 @@ def test_within_budget_the_stage_rounds_sum_to_train_rounds(total):
     assert pre <= 50  # never more than `iterations` passes
     if total >= 2:
         assert pre >= 1  # a tiny budget still pre-processes one round
-    if 0.4 * total >= 10:
-        assert pre % 10 == 0  # whole passes once one fits
+    if 0.4 * total >= 10 or total >= 11:
+        assert pre % 10 == 0 and pre >= 10  # whole passes once one fits the budget with a round to spare
+
+
+def test_a_share_under_one_pass_takes_one_whole_pass_so_the_server_judges():
+    # 20 clients, one a round, 40 rounds: 0.4 * 40 = 16 rounds would never finish the pass.
+    assert stage_split(40, 20, 5, "within", 0.4, None, True) == (20, 10, 10)
+    assert judges(20, 20) and not judges(16, 20)
+    assert stage_split(20, 20, 5, "within", 0.4, None, True) == (8, 6, 6)  # no room for a pass: as before
+    assert stage_split(40, 20, 5, "within", 0.0, None, True)[0] == 0  # no pre-processing asked for
+
+
+def test_a_budget_without_a_whole_pass_warns(caplog):
+    import logging
+
+    from fedcore.run import make_context
+
+    for rounds, warned in ((4, True), (12, False)):  # 6 clients a pass: 1 round, then one whole pass
+        method = build_method(digits_cfg(rounds=rounds, budget="within"))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="fedcore.methods.fedcorr"):
+            method.init(make_context(method.cfg, build_federated_dataset(method.cfg), torch.device("cpu")))
+        pre = next(s.rounds for s in method.stages if s.name == "preprocess")
+        assert (pre < method.per_pass) == warned and ("under one pass" in caplog.text) == warned
 
 
 def test_the_default_split_of_fifty_rounds_and_the_former_one():
