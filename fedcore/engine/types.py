@@ -66,9 +66,12 @@ class Stage:
     """A named phase with its own round budget.
 
     cohort='all' visits every client each round; evaluate=False skips test evaluation
-    (e.g. self-supervised pretraining, where the head is meaningless). yields: what the
-    stage decides besides new weights, from STAGE_YIELDS: "verdicts" (which clients are
-    noisy) and "labels" (relabeled working labels); a pipeline gives each its own output.
+    (e.g. self-supervised pretraining, where the head is meaningless). comparable=False: the
+    stage's scores are logged but its global model is not yet a model of the method's kind
+    (e.g. one client's local model), so they predict nothing about the final score and a tuner
+    does not prune on them. yields: what the stage decides besides new weights, from
+    STAGE_YIELDS: "verdicts" (which clients are noisy) and "labels" (relabeled working
+    labels); a pipeline gives each its own output.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Stage:
     cohort: Literal["sample", "all"] = "sample"
     evaluate: bool = True
     yields: tuple[str, ...] = ()
+    comparable: bool = True
 
     def __post_init__(self) -> None:
         unknown = [y for y in self.yields if y not in STAGE_YIELDS]

@@ -143,8 +143,10 @@ class FedCorr(StagedMethod):
         pre, ft, rest = stage_split(self.cfg.train.rounds, self.per_pass, p.iterations, p.budget, p.preprocess_share,
                                     p.finetune_rounds, p.fine_tuning)
         ft = self.stage_rounds("finetune", ft) if p.fine_tuning else 0
-        pre = Stage("preprocess", self.stage_rounds("preprocess", pre),
-                    yields=("verdicts", "labels"))  # its task publishes the identification and the relabeling
+        # Its task publishes the identification and the relabeling. With one client a round its
+        # global model is that client's local model, not yet a federated one (comparable=False).
+        pre = Stage("preprocess", self.stage_rounds("preprocess", pre), yields=("verdicts", "labels"),
+                    comparable=p.preprocess_clients > 1)
         stages = (pre, Stage("finetune", ft), Stage("train", self.stage_rounds("train", rest)))
         return tuple(s for s in stages if s.rounds or s.name == "train")
 

@@ -12,7 +12,8 @@ A tune is a run dir of run dirs:
 The objective is a validation score (`final/val_acc_last10` by default: the mean of the last
 10 val/acc evaluations; `best` picks `final/val_acc_best`); the test split is never read for it.
 The pruner stops a trial whose per-round val/acc falls below the median of earlier trials at the
-same round. A trial that diverges counts as pruned (its setting is too aggressive), so a tune of N
+same round, once a fifth of the run has passed after any stage whose scores predict nothing
+(`prune_warmup`). A trial that diverges counts as pruned (its setting is too aggressive), so a tune of N
 trials spends the same budget whatever diverges; a trial a killed tune left RUNNING is marked
 failed and does not count.
 """
@@ -75,11 +76,11 @@ def base_overrides(req: TuneRequest, cfg: ExperimentConfig, say) -> list[str]:
     return [*req.overrides, f"data.validation.fraction={DEFAULT_VALIDATION}"]
 
 
-def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str, prune: bool, rounds: int):
+def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str, prune: bool, warmup: int):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=max(1, rounds // 5)) if prune \
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=warmup) if prune \
         else optuna.pruners.NopPruner()
     study = optuna.create_study(
         study_name=STUDY, storage=f"sqlite:///{(out / 'study.db').resolve()}", direction="maximize",
@@ -126,7 +127,7 @@ def run_tune(req: TuneRequest, say=print) -> dict[str, Any]:
     with run_dir_lock(out):
         fed = trial_data(cfg, out, req.data)
         metric = "mAP" if fed.task == "multi" else "acc"
-        study = open_study(out, cfg, dims, req.objective, req.prune, total_rounds(cfg))
+        study = open_study(out, cfg, dims, req.objective, req.prune, prune_warmup(cfg))
         tracking = Parent(cfg, study)
         try:
             run_trials(req, overrides, dims, study, fed, metric, tracking, say)
@@ -138,10 +139,19 @@ def run_tune(req: TuneRequest, say=print) -> dict[str, Any]:
     return result
 
 
-def total_rounds(cfg: ExperimentConfig) -> int:
+def prune_warmup(cfg: ExperimentConfig) -> int:
+    """Rounds before the pruner may stop a trial: a fifth of the run, counted from the end of the
+    last stage whose scores predict nothing (not evaluated, or not `comparable`: SSL pretraining,
+    one client's model), so that no trial is stopped on noise."""
     from fedcore.methods.registry import build_method
 
-    return sum(s.rounds for s in build_method(cfg).stages)
+    stages = build_method(cfg).stages
+    start = done = 0
+    for s in stages:
+        done += s.rounds
+        if not (s.evaluate and s.comparable):
+            start = done
+    return start + max(1, done // 5)
 
 
 def trial_data(cfg: ExperimentConfig, out: Path, data: str | None):

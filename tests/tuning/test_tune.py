@@ -161,3 +161,22 @@ def test_bad_tune_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and message in err and "\n" not in err
     assert not (tmp_path / "t").exists()  # nothing left behind
+
+
+def test_the_pruner_waits_a_fifth_of_the_run_after_stages_whose_scores_predict_nothing():
+    from fedcore.tuning.study import prune_warmup
+
+    fedavg = load_config("configs/fmnist/fedgr_sym.yaml", ["method.name=fedavg", "method.params={}"])
+    assert prune_warmup(fedavg) == 8  # 40 rounds, one stage
+    # FedCorr pre-processes 20 rounds of one client each: its global model is that client's model.
+    fedcorr = load_config("configs/fmnist/fedgr_sym.yaml", ["method.name=fedcorr", "method.params={}"])
+    assert prune_warmup(fedcorr) == 20 + 8
+    with_cohorts = load_config("configs/fmnist/fedgr_sym.yaml",
+                               ["method.name=fedcorr", "method.params={}", "method.params.preprocess_clients=5"])
+    assert prune_warmup(with_cohorts) == 8
+    # FedRG's SSL pretraining is not evaluated at all (10 rounds of 50).
+    fedrg = load_config("configs/fmnist/fedrg_sym_localized.yaml", ["train.rounds=40"])
+    assert prune_warmup(fedrg) == 10 + 10
+    # A warm-up stage that trains the task model as FedAvg does is comparable: no extra wait.
+    fedgr = load_config("configs/fmnist/fedgr_sym.yaml", [])
+    assert prune_warmup(fedgr) == 8
