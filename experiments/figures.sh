@@ -51,3 +51,13 @@ figure_set fedsir_09 "$F"/fedavg/s{0,1,2} "$F"/fednoro/s{0,1,2} "$F"/fedsir/s{0,
 # FedHarmony on the v3 bed: FedAvg, FedProx and the v3 reading at the lam chosen on validation (mAP curves).
 H=${FEDHARMONY_RUNS:-runs/fedharmony}/scenes_v3
 figure_set fedharmony_v3 "$H"/fedavg/s{0,1,2} "$H"/fedprox/s{0,1,2} "$H"/v3/s{0,1,2}
+
+# The tuning page's summary: default and tuned last-10 of every row, per scene, with FedAvg's two bars
+# (drawn when some scene's tuned FedAvg has finished).
+if compgen -G "$RUNS/*/fedavg/tuned/s0/metrics.json" > /dev/null; then
+  mkdir -p "$OUT/tuning"
+  "$PY" experiments/tuning_table.py --figure "$OUT/tuning/summary.png" "$RUNS" \
+    fedrg_sym_localized fedgr_sym fedgr_mixed fedsir_09 fedrg_pair_localized fedharmony_scenes >&2
+else
+  echo "figures: tuning summary skipped (no tuned FedAvg under $RUNS)" >&2
+fi

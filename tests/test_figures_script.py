@@ -12,6 +12,7 @@ FAKE_PY = r"""#!/usr/bin/env bash
 echo "$*" >> "$FAKE_LOG"
 out=""; prev=""
 for a in "$@"; do [[ "$prev" == --out ]] && out=$a; prev=$a; done
+[ -n "$out" ] || exit 0  # the tuning summary (tuning_table.py --figure): only logged
 printf 'png' > "$out/accuracy.png"; printf '# report' > "$out/report.md"
 """
 RUNS = [f"{m}/{row}/s{s}" for m, row in (("fedavg", "default"), ("fedavg", "tuned"), ("symmetric_ce", "tuned"),
@@ -38,14 +39,18 @@ def test_a_set_with_an_unfinished_run_is_skipped_then_drawn_from_all_its_runs(tm
         (runs / "fedrg_sym_localized" / r / "metrics.json").write_text("{}")
     first = _run(tmp_path, runs, out)
     assert "fedrg_sym_localized skipped (1 of 15 runs missing" in first.stderr
-    assert not (tmp_path / "log").exists() and not out.exists()
+    # Only the tuning summary was asked for (it draws whatever has finished); no report ran.
+    assert [c.split()[0] for c in (tmp_path / "log").read_text().splitlines()] == ["experiments/tuning_table.py"]
+    assert not (out / "fedrg_sym_localized").exists()
+    (tmp_path / "log").unlink()
 
     (runs / "fedrg_sym_localized" / RUNS[-1]).mkdir(parents=True)
     (runs / "fedrg_sym_localized" / RUNS[-1] / "metrics.json").write_text("{}")
     (out / "fedrg_sym_localized").mkdir(parents=True)
     (out / "fedrg_sym_localized" / "stale.png").write_text("old")
     _run(tmp_path, runs, out)
-    (call,) = (tmp_path / "log").read_text().splitlines()
+    call, summary = (tmp_path / "log").read_text().splitlines()
+    assert summary.startswith(f"experiments/tuning_table.py --figure {out}/tuning/summary.png {runs} ")
     assert call.startswith("-m fedcore report ") and all(str(runs / "fedrg_sym_localized" / r) in call for r in RUNS)
     assert sorted(p.name for p in (out / "fedrg_sym_localized").iterdir()) == ["accuracy.png"]  # PNGs only, fresh
 
@@ -69,4 +74,5 @@ def test_every_set_reads_its_own_runs_folder(tmp_path):
     (call,) = (tmp_path / "log").read_text().splitlines()
     assert all(str(fedsir / "fedsir_09" / r) in call for r in rows)
     assert "fedharmony_v3 skipped (9 of 9 runs missing" in done.stderr
+    assert "tuning summary skipped (no tuned FedAvg" in done.stderr
     assert (out / "fedsir_09" / "accuracy.png").is_file()
