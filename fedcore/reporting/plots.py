@@ -247,5 +247,7 @@ def paired_bars_figure(panels: dict[str, dict[str, dict[str, Pair]]], refs: dict
         ax.set(title=name, xlabel=xlabel)
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7, loc="lower right")
+    # One legend for the figure, under the panels, where it covers no bar.
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
     return fig
