@@ -249,5 +249,5 @@ def paired_bars_figure(panels: dict[str, dict[str, dict[str, Pair]]], refs: dict
         ax.set_visible(False)
     # One legend for the figure, under the panels, where it covers no bar.
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
+    fig.legend(handles, labels, loc="outside lower center", ncol=max(1, len(labels)), fontsize=8)
     return fig
