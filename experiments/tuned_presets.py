@@ -12,9 +12,7 @@ A file is rewritten only when its content changes (atomically), so a rerun is a 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -57,11 +55,10 @@ def tuned_preset(preset: dict, best: dict, tune: dict) -> tuple[dict, list[str]]
 def write_if_changed(path: Path, text: str) -> bool:
     if path.is_file() and path.read_text() == text:
         return False
+    from fedcore.io.files import atomic_write_bytes
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, text.encode())
     return True
 
 
