@@ -69,6 +69,16 @@ def _setting_overrides(setting: dict[str, Any]) -> list[str]:
     return over
 
 
+def _method_overrides(setting: dict[str, Any], method: str) -> list[str]:
+    """The sweep's own overrides for `method` (SweepSpec.method_overrides, carried by the setting item)."""
+    own = setting.get("method_overrides") or {}
+    over = own.get(method, []) if isinstance(own, dict) else None
+    if not isinstance(over, list) or not all(isinstance(o, str) for o in over):
+        raise ConfigError(f"sweep setting {setting.get('setting')!r}: 'method_overrides' must map a method name "
+                          "to a list of 'key=value' strings")
+    return over
+
+
 def slot_of(methods: Sequence[str], seeds: Sequence[int], slot: int, slots: int) -> tuple[str, int]:
     """(method, seed) of a slot, methods major: slot = method index * len(seeds) + seed index."""
     if len(methods) * len(seeds) != slots:
@@ -89,7 +99,7 @@ def resolve(inp: RunInputs) -> ExperimentConfig:
         setting = _setting_overrides(inp.setting)
         if inp.slot >= 0:
             method, seed = slot_of(inp.methods, inp.seeds, inp.slot, inp.slots)
-            cfg = apply(base, run_overrides(base, setting, method, seed))
+            cfg = apply(base, run_overrides(base, setting, method, seed, _method_overrides(inp.setting, method)))
         else:
             cfg = apply(base, setting)
     return apply(cfg, [f"data.root={inp.data_root}"]) if inp.data_root else cfg
@@ -114,4 +124,6 @@ def check_settings(settings: Any) -> list[dict[str, Any]]:
         raise ConfigError(f"sweep settings need distinct non-empty names, got {names}")
     for s in settings:
         _setting_overrides(s)
+        for method in s.get("method_overrides") or {}:
+            _method_overrides(s, method)
     return settings

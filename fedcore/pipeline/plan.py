@@ -35,6 +35,10 @@ class SweepSpec(BaseModel):
         default_factory=dict, description="setting name -> the methods it runs (default: every method), "
         "e.g. {clean: [fedavg]} for a clean reference of FedAvg alone; local runs only"
     )
+    method_overrides: dict[str, list[str]] = Field(
+        default_factory=dict, description="method name -> overrides for that method's runs in every setting, "
+        "e.g. {coteaching: [train.lr=0.03, method.params.forget_rate=0.09]} for its tuned setting"
+    )
 
 
 StageShape = tuple[tuple[str, tuple[str, ...]], ...]  # (stage name, what it yields) per stage
@@ -63,6 +67,7 @@ class SettingPlan:
     data_hash: str
     runs: list[RunPlan] = field(default_factory=list)
     active: tuple[int, ...] = ()  # the slots of `runs` this setting trains (SweepSpec.setting_methods)
+    method_overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)  # SweepSpec.method_overrides
 
     @property
     def restricted(self) -> bool:
@@ -72,8 +77,12 @@ class SettingPlan:
         """The setting as the sweep's `settings` pipeline input holds it (one ParallelFor item).
 
         The name is under `setting`, not `name`: `item.name` is the loop channel's own name in kfp.
+        Per-method overrides ride in the item because every task already receives it.
         """
-        return {"setting": self.name, "overrides": list(self.overrides)}
+        item: dict[str, Any] = {"setting": self.name, "overrides": list(self.overrides)}
+        if self.method_overrides:
+            item["method_overrides"] = {m: list(o) for m, o in self.method_overrides.items()}
+        return item
 
 
 def config_input(cfg: ExperimentConfig) -> str:
@@ -128,9 +137,10 @@ def sweep_axes(base: ExperimentConfig, spec: SweepSpec) -> tuple[list[str], list
 
 
 def run_overrides(base: ExperimentConfig, setting: list[str] | tuple[str, ...], method: str,
-                  seed: int) -> tuple[str, ...]:
-    """The overrides that turn a sweep's base config into one (setting, method, seed) run."""
-    return (*setting, *method_overrides(base, method), f"seed={seed}")
+                  seed: int, own: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The overrides that turn a sweep's base config into one (setting, method, seed) run; `own`
+    (the method's SweepSpec.method_overrides) come after the method switch, which resets its params."""
+    return (*setting, *method_overrides(base, method), *own, f"seed={seed}")
 
 
 def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
@@ -139,16 +149,17 @@ def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
 
     methods, seeds, settings = sweep_axes(base, spec)
     only = _check_setting_methods(spec.setting_methods, methods, settings)
+    own = _check_method_overrides(spec.method_overrides, methods)
     plans = []
     for name, set_overrides in settings.items():
         set_cfg = apply(base, set_overrides)  # validated: a setting may switch dataset or model
         runs = []
         for method in methods:
             for seed in seeds:
-                cfg = apply(base, run_overrides(base, set_overrides, method, seed))
+                cfg = apply(base, run_overrides(base, set_overrides, method, seed, own.get(method, ())))
                 runs.append(RunPlan(method, seed, stage_shape(cfg), run_name_for(cfg)))
         active = tuple(i for i, r in enumerate(runs) if name not in only or r.method in only[name])
-        plans.append(SettingPlan(name, tuple(set_overrides), set_cfg.data_hash(), runs, active))
+        plans.append(SettingPlan(name, tuple(set_overrides), set_cfg.data_hash(), runs, active, own))
     _check_same_stages(plans)
     return plans
 
@@ -164,6 +175,19 @@ def _check_setting_methods(only: dict[str, list[str]], methods: list[str],
             raise ConfigError(f"setting_methods['{name}'] must list some of the sweep's methods {methods}, "
                               f"got {chosen}")
     return only
+
+
+def _check_method_overrides(own: dict[str, list[str]], methods: list[str]) -> dict[str, tuple[str, ...]]:
+    unknown = [m for m in own if m not in methods]
+    if unknown:
+        raise ConfigError(f"method_overrides names {unknown}, which the sweep does not run (methods: {methods})")
+    # The data is shared by every method of a setting, so a method may not change it.
+    for m, over in own.items():
+        shared = [o for o in over if o.split("=", 1)[0].split(".", 1)[0] in ("data", "partition", "noise")]
+        if shared:
+            raise ConfigError(f"method_overrides['{m}'] changes the shared dataset ({', '.join(shared)}); "
+                              "put data, partition and noise changes in a setting or --set")
+    return {m: tuple(o) for m, o in own.items()}
 
 
 def _check_same_stages(plans: list[SettingPlan]) -> None:

@@ -49,6 +49,38 @@ def test_run_time_overrides_change_the_run_without_a_recompile():
         config_from_dict(BASE, ["train.rounds=7"]).config_hash()
 
 
+def test_method_overrides_reach_only_their_methods_runs_in_every_setting_after_the_method_switch():
+    cfg = config_from_dict(BASE)
+    own = {"fedprox": ["train.lr=0.0123", "method.params.mu=0.3"]}
+    spec = SPEC.model_copy(update={"method_overrides": own})
+    plans = plan_sweep(shared_data(cfg), spec)
+    for plan in plans:
+        assert plan.item()["method_overrides"] == own  # every task gets the setting item
+        got = [resolve(RunInputs(config_input(cfg), setting=plan.item(), methods=spec.methods, seeds=spec.seeds,
+                                 slot=i, slots=len(plan.runs))) for i in range(len(plan.runs))]
+        assert [(c.method.name, c.train.lr) for c in got] == [("fedavg", cfg.train.lr)] * 2 + [("fedprox", 0.0123)] * 2
+        assert got[2].method.params["mu"] == 0.3  # applied after `method.params={}`, which resets the params
+        assert {c.data_hash() for c in got} == {plan.data_hash}  # the dataset stays shared
+    assert "method_overrides" not in plan_sweep(shared_data(cfg), SPEC)[0].item()  # unchanged when unused
+
+
+@pytest.mark.parametrize("own, words", [({"fedsir": ["train.lr=0.1"]}, "does not run"),
+                                        ({"fedavg": ["noise.rate.value=0.1"]}, "shared dataset"),
+                                        ({"fedavg": ["train.nope=1"]}, "nope")])
+def test_method_overrides_that_name_no_method_or_change_the_data_are_refused(own, words):
+    with pytest.raises(ConfigError, match=words):
+        plan_sweep(shared_data(config_from_dict(BASE)), SPEC.model_copy(update={"method_overrides": own}))
+
+
+def test_malformed_method_overrides_in_a_run_time_setting_are_refused():
+    cfg = config_from_dict(BASE)
+    setting = {"setting": "a", "overrides": [], "method_overrides": {"fedavg": "train.lr=0.1"}}
+    with pytest.raises(ConfigError, match="method_overrides.*'key=value'"):
+        check_settings([setting])
+    with pytest.raises(ConfigError, match="method_overrides"):
+        resolve(RunInputs(config_input(cfg), setting=setting, methods=["fedavg"], seeds=[0], slot=0, slots=1))
+
+
 def test_config_input_round_trips_every_preset_exactly():
     from fedcore.registries import load_config
 
