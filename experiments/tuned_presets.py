@@ -1,12 +1,17 @@
 """Ship the tuned settings of docs/results/tuning.md as configs a user runs as they are.
 
     python experiments/tuned_presets.py RUNS [CONFIGS]     (defaults: runs/tuning, configs/fmnist)
+    python experiments/tuned_presets.py --sweep RUNS/SCENE OUT.yaml
 
 For every finished tune under RUNS/SCENE/ROW/tune (experiments/tuning.sh), writes
 CONFIGS/tuned/SCENE/ROW.yaml: the scene's preset with the row's method, the tuned train values and
 method params from the tune's best.yaml, and the validation split the tune ran with. The scene
 presets stay as they are: they are every table's "default" column and every method's shared base.
 A file is rewritten only when its content changes (atomically), so a rerun is a no-op.
+
+--sweep writes one scene's tuned settings as a sweep file instead (`method_overrides`: each row's
+tuned values, after its method switch), which runs every row at its tuned setting in one sweep
+pipeline; `fedcore quickstart` reads configs/sweeps/quickstart_tuned.yaml, written this way.
 """
 
 from __future__ import annotations
@@ -52,6 +57,35 @@ def tuned_preset(preset: dict, best: dict, tune: dict) -> tuple[dict, list[str]]
     return out, sorted(set(changed))
 
 
+SWEEP_HEADER = """\
+# Tuned settings of the `{scene}` rows (docs/results/tuning.md protocol), written by
+# experiments/tuned_presets.py --sweep from {runs}: per row {n} trials of `fedcore tune` on seed {seed}
+# (a seed no table reports), objective {objective} on the clients' held-out validation split
+# (data.validation.fraction={fraction}, noisy labels). A sweep applies each list after the row's
+# method switch; the data, partition and noise stay the sweep's, shared by every row.
+"""
+
+
+def tuned_sweep(tunes: dict[str, dict]) -> dict:
+    """A sweep file's method_overrides: each row's best_params as overrides, at full precision so the
+    sweep reruns the tuned setting exactly."""
+    return {"method_overrides": {row: [f"{k}={v!r}" for k, v in tune["best_params"].items()]
+                                 for row, tune in sorted(tunes.items())}}
+
+
+def write_sweep(scene_dir: Path, out: Path) -> bool:
+    tunes = {p.parent.parent.name: json.loads(p.read_text()) for p in sorted(scene_dir.glob("*/tune/tune.json"))}
+    if not tunes:
+        raise SystemExit(f"no finished tune under {scene_dir}/*/tune; run experiments/tuning.sh first")
+    first = next(iter(tunes.values()))
+    counts = sorted({t["n_trials"] for t in tunes.values()})
+    best = yaml.safe_load((scene_dir / next(iter(tunes)) / "tune" / "best.yaml").read_text())
+    header = SWEEP_HEADER.format(scene=scene_dir.name, runs=scene_dir, n="/".join(map(str, counts)),
+                                 seed=first["seed"], objective=first["objective"],
+                                 fraction=best["data"]["validation"]["fraction"])
+    return write_if_changed(out, header + yaml.safe_dump(tuned_sweep(tunes), sort_keys=False, width=120))
+
+
 def write_if_changed(path: Path, text: str) -> bool:
     if path.is_file() and path.read_text() == text:
         return False
@@ -63,6 +97,12 @@ def write_if_changed(path: Path, text: str) -> bool:
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--sweep"]:
+        if len(argv) != 3:
+            raise SystemExit("usage: tuned_presets.py --sweep RUNS/SCENE OUT.yaml")
+        written = write_sweep(Path(argv[1]), Path(argv[2]))
+        print(f"tuned sweep: {argv[2]} {'written' if written else 'unchanged'}")
+        return
     runs = Path(argv[0]) if argv else Path("runs/tuning")
     configs = Path(argv[1]) if len(argv) > 1 else Path("configs/fmnist")
     written = 0

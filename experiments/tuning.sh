@@ -6,7 +6,8 @@
 #
 # Usage: experiments/tuning.sh [OUT]      (default runs/tuning); prints the tables at the end.
 # Environment: SCENES (fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09
-#   fedharmony_scenes), METHODS (default: every baseline plus the scene's own method, and on the
+#   fedharmony_scenes; also quickstart: configs/quickstart.yaml, the `make run` scene and its rows),
+#   METHODS (default: every baseline plus the scene's own method, and on the
 #   multi-label fedharmony_* scenes the baselines that train multi-label: FedAvg, FedProx; also a named
 #   variant: fedgr-robust, FedGR's `profile: robust`, or fedharmony-v3, spec v3's reading at lam 0.1),
 #   TRIALS (8), TUNE_SEED (100),
@@ -32,6 +33,7 @@ own_method() {
 }
 default_methods() {
   case $1 in fedharmony_*) echo "$MULTI_BASELINES fedharmony fedharmony-v3" ;;
+    quickstart) echo "$BASELINES fedsir fedrg fedgr" ;;  # the `make run` table's rows
     *) echo "$BASELINES $(own_method "$1")" ;; esac
 }
 # Spec v3's reading of FedHarmony (experiments/fedharmony.sh's V3, lam 0.1 as picked there on validation).
@@ -59,12 +61,14 @@ method_args() {  # scene row -> the overrides that run the row's method on the s
   fi
 }
 
+preset_of() { case $1 in quickstart) echo configs/quickstart.yaml ;; *) echo "configs/fmnist/$1.yaml" ;; esac; }
+
 resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
 
 jobs_file=$(mktemp)
 trap 'rm -f "$jobs_file"' EXIT
 for scene in $SCENES; do
-  preset=configs/fmnist/$scene.yaml
+  preset=$(preset_of "$scene")
   methods=${METHODS:-$(default_methods "$scene")}
   for m in $methods; do
     tune=$OUT/$scene/$m/tune
