@@ -4,6 +4,10 @@ beside FedAvg on clean labels (the reference of what the noise costs).
 It runs the `sweep` pipeline under kfp.local in its folded local shape (one task per run, two
 runs side by side; `pipelines.sweep`): one prepared dataset per noise setting shared by every
 method, each run tracked in an embedded MLflow store under the run dir.
+
+Every method runs at its tuned setting (configs/sweeps/quickstart_tuned.yaml: the same `fedcore
+tune` budget for each, on seed 100, judged on the clients' noisy validation split), so the table
+compares methods, not one shared optimizer setting; `--untuned` runs the presets' shared defaults.
 """
 
 from __future__ import annotations
@@ -28,34 +32,45 @@ CLEAN_METHODS = ["fedavg"]  # the clean setting is a reference: what FedAvg reac
 # The quickstart logs no served MLflow model (state_dicts are still logged): torch.export costs ~5 s
 # of CPU a run, 11 runs here, and the 3-minute budget of `make run` cannot carry it.
 QUICKSTART_OVERRIDES = ["tracking.log_model=false"]
+# Each method's tuned values (experiments/tuned_presets.py --sweep over experiments/tuning.sh's quickstart
+# tunes) and the validation split they were tuned on, which also gives the table its acc-at-val-best column.
+TUNED_SWEEP = "sweeps/quickstart_tuned.yaml"
+TUNED_OVERRIDES = ["data.validation.fraction=0.1"]
 
 
-def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str, ...] = QUICKSTART_METHODS):
-    """(config, sweep pipeline): methods on the config's noise, FedAvg on clean labels, one seed."""
+def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str, ...] = QUICKSTART_METHODS,
+                        tuned: bool = True):
+    """(config, sweep pipeline): methods on the config's noise, FedAvg on clean labels, one seed;
+    tuned: each method at its tuned setting, else all at the config's shared one."""
     from fedcore.methods.registry import available_methods
-    from fedcore.pipeline.plan import SweepSpec
+    from fedcore.pipeline.plan import SweepSpec, load_sweep_spec
     from fedcore.pipeline.resources import PipelineResources
     from fedcore.tracking.base import noise_label
     from pipelines import PipelineOptions, build_pipeline
 
-    overrides = QUICKSTART_OVERRIDES + ([f"train.rounds={rounds}"] if rounds else [])
+    overrides = [*QUICKSTART_OVERRIDES, *(TUNED_OVERRIDES if tuned else [])]
+    overrides += [f"train.rounds={rounds}"] if rounds else []
     cfg = load_pipeline_config(find_config(), overrides, tracking=True, local_root=out)
     known = set(available_methods())
     chosen = [m for m in methods if m in known]
+    own = load_sweep_spec(find_config(TUNED_SWEEP)).method_overrides if tuned else {}
     spec = SweepSpec(methods=chosen, seeds=[cfg.seed], settings={noise_label(cfg): [], "clean": CLEAN},
-                     setting_methods={"clean": [m for m in CLEAN_METHODS if m in chosen] or chosen[:1]})
+                     setting_methods={"clean": [m for m in CLEAN_METHODS if m in chosen] or chosen[:1]},
+                     method_overrides={m: o for m, o in own.items() if m in chosen})
     # Two runs at once keep both cores busy; more would only contend for them.
     options = PipelineOptions(resources=local_resources(PipelineResources()), sweep=spec, parallelism=2, fold=True)
     return cfg, build_pipeline("sweep", cfg, options)
 
 
 def run_quickstart(out: Path, console: Console, rounds: int | None = None,
-                   methods: tuple[str, ...] = QUICKSTART_METHODS) -> object:
+                   methods: tuple[str, ...] = QUICKSTART_METHODS, tuned: bool = True) -> object:
     from pipelines.runner import run_local
 
-    cfg, pipeline = quickstart_pipeline(out, rounds, methods)
+    cfg, pipeline = quickstart_pipeline(out, rounds, methods, tuned)
+    setting = f"each at its tuned setting (configs/{TUNED_SWEEP})" if tuned else "at the shared default setting"
     console.print(f"quickstart: local sweep pipeline, {cfg.data.name}, methods {', '.join(methods)} on noisy "
-                  f"labels, {', '.join(CLEAN_METHODS)} on clean ones (task logs: {out / 'kfp-local.log'})")
+                  f"labels, {', '.join(CLEAN_METHODS)} on clean ones, {setting} (task logs: {out / 'kfp-local.log'})",
+                  soft_wrap=True, markup=False, highlight=False)
     result = run_local(pipeline, out)
     print_result("sweep", result, cfg, out, console)
     report = write_run_report(getattr(result, "run_dir", None), out / "report")
@@ -76,6 +91,8 @@ def write_run_report(run_dir: Path | None, out: Path) -> Path | None:
 def quickstart(
     out: Annotated[Path, typer.Option("--out", help="where runs and the dataset go")] = Path("runs/quickstart"),
     rounds: Annotated[int | None, typer.Option(help="override train.rounds")] = None,
+    untuned: Annotated[bool, typer.Option("--untuned", help="run every method at the config's shared optimizer "
+                                                             "setting and default params, without validation")] = False,
 ) -> None:
     """The `make run` job: the local sweep pipeline comparing methods on noisy digits, FedAvg on clean ones."""
-    run_quickstart(out, console, rounds=rounds)
+    run_quickstart(out, console, rounds=rounds, tuned=not untuned)

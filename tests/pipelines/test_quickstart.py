@@ -6,7 +6,7 @@ import json
 
 from google.protobuf import json_format
 
-from fedcore.cli.quickstart import QUICKSTART_METHODS, quickstart_pipeline
+from fedcore.cli.quickstart import QUICKSTART_METHODS, TUNED_SWEEP, quickstart_pipeline
 from fedcore.methods.registry import available_methods
 from pipelines.runner import compile_pipeline, load_specs
 
@@ -23,7 +23,25 @@ def test_quickstart_sweeps_every_single_label_method_noisy_and_clean_without_ser
     assert methods == list(QUICKSTART_METHODS)
     assert set(available_methods()) - set(methods) == {"fedharmony"}  # the one multi-label method
     settings = [json_format.MessageToDict(v) for v in params["settings"].default_value.list_value.values]
-    assert len(settings) == 2 and settings[1] == {"setting": "clean", "overrides": ["noise.type=none"]}
+    assert len(settings) == 2 and settings[1]["overrides"] == ["noise.type=none"]
+
+
+def test_quickstart_runs_each_method_at_its_tuned_setting_on_the_validation_split_it_was_tuned_on(tmp_path):
+    from fedcore.cli.pipeline import find_config
+    from fedcore.pipeline.plan import load_sweep_spec
+
+    tuned = load_sweep_spec(find_config(TUNED_SWEEP)).method_overrides
+    assert set(tuned) == set(QUICKSTART_METHODS)  # every row tuned, with the same budget (the file's header)
+    for untuned in (False, True):
+        cfg, pipeline = quickstart_pipeline(tmp_path / str(untuned), rounds=2, tuned=not untuned)
+        spec, _ = load_specs(compile_pipeline(pipeline, tmp_path / f"q{untuned}.yaml"))
+        params = spec.root.input_definitions.parameters
+        settings = [json_format.MessageToDict(v) for v in params["settings"].default_value.list_value.values]
+        if untuned:
+            assert all("method_overrides" not in s for s in settings) and cfg.data.validation.fraction == 0
+        else:
+            assert all(s["method_overrides"] == tuned for s in settings)  # the clean FedAvg reference too
+            assert cfg.data.validation.fraction == 0.1
 
 
 def test_quickstart_trains_every_method_noisy_and_fedavg_alone_clean_two_runs_at_a_time(tmp_path):
