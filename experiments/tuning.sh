@@ -61,6 +61,10 @@ method_args() {  # scene row -> the overrides that run the row's method on the s
   fi
 }
 
+# A multi-label scene's benchmark (blocks, mixtures, clients) is drawn from data.params.seed: each seed,
+# the tuning seed too, draws its own, as experiments/fedharmony.sh does, so the tune sees no reporting data.
+data_args() { case $1 in fedharmony_*) echo "-s data.params.seed=$2" ;; *) echo "" ;; esac; }
+
 preset_of() { case $1 in quickstart) echo configs/quickstart.yaml ;; *) echo "configs/fmnist/$1.yaml" ;; esac; }
 
 resume_flag() { if compgen -G "$1/checkpoints/*.pt" > /dev/null; then echo "--resume $1"; fi; }
@@ -79,13 +83,15 @@ for scene in $SCENES; do
       echo "tuning: $scene $m ($TRIALS trials, seed $TUNE_SEED)" >&2
       mkdir -p "$(dirname "$tune")"
       # shellcheck disable=SC2086
-      nice -n 10 $PY -m fedcore tune "$preset" $(method_args "$scene" "$m") -s seed=$TUNE_SEED $VAL \
+      nice -n 10 $PY -m fedcore tune "$preset" $(method_args "$scene" "$m") -s seed=$TUNE_SEED \
+        $(data_args "$scene" "$TUNE_SEED") $VAL \
         --trials "$TRIALS" --out "$tune" --no-progress > "$tune.log" 2>&1 || { echo "FAILED tune $tune" >&2; continue; }
     fi
     for seed in $SEEDS; do
       data=$OUT/$scene/data-s$seed
       # shellcheck disable=SC2086
-      [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "$preset" --out "$data" -s seed="$seed" $VAL > /dev/null
+      [ -f "$data/manifest.json" ] || $PY -m fedcore data prepare "$preset" --out "$data" -s seed="$seed" \
+        $(data_args "$scene" "$seed") $VAL > /dev/null
       for row in default tuned; do
         run=$OUT/$scene/$m/$row/s$seed
         [ -f "$run/metrics.json" ] && continue
@@ -95,7 +101,7 @@ for scene in $SCENES; do
         else
           cmd="$tune/best.yaml"
         fi
-        echo "nice -n 10 $PY -m fedcore run $cmd -s seed=$seed --data $data --out $run $(resume_flag "$run") --no-progress \
+        echo "nice -n 10 $PY -m fedcore run $cmd -s seed=$seed $(data_args "$scene" "$seed") --data $data --out $run $(resume_flag "$run") --no-progress \
 > $run.log 2>&1 || echo FAILED $run" >> "$jobs_file"
       done
     done

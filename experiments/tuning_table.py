@@ -149,9 +149,11 @@ def summary(out: Path, scenes: list[str]) -> str:
     cell is its tuned mean. A row not run on a scene reads "not run"."""
     scenes = [s for s in scenes if (out / s).is_dir()]
     cells: dict[str, dict[str, str]] = {}
+    titles = []
     for scene in scenes:
         root = out / scene
         metric = metric_of(root)
+        titles.append(scene + (f" ({metric})" if metric != "acc" else ""))
         last10 = f"final/{metric}_last10"
         best, val = reference(root, metric)
         for mdir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("data")):
@@ -164,7 +166,7 @@ def summary(out: Path, scenes: list[str]) -> str:
                 continue
             wins = verdict(t, best, last10).startswith("✓") and verdict(t, val, last10).startswith("✓")
             cells.setdefault(mdir.name, {})[scene] = f"{mean} {'✓' if wins else '✗'}"
-    head = "| method (tuned, mean last-10) | " + " | ".join(scenes) + " |"
+    head = "| method (tuned, mean last-10) | " + " | ".join(titles) + " |"
     lines = [head, "|---" * (len(scenes) + 1) + "|"]
     order = sorted(cells, key=lambda m: (m != "fedavg", m))
     lines += [f"| {m} | " + " | ".join(cells[m].get(s, "not run") for s in scenes) + " |" for m in order]
@@ -176,10 +178,12 @@ def figure_data(out: Path, scenes: list[str]) -> tuple[dict, dict, str]:
     and tuned last-10 (mean, std); the refs are FedAvg's mean test-best round and stopped-on-validation."""
     panels: dict[str, dict] = {}
     refs: dict[str, dict[str, float]] = {}
-    metric = "acc"
-    for scene in (s for s in scenes if (out / s).is_dir()):
-        root = out / scene
+    metrics = set()
+    for name in (s for s in scenes if (out / s).is_dir()):
+        root = out / name
         metric = metric_of(root)
+        metrics.add(metric)
+        scene = name + (f" ({metric})" if metric != "acc" else "")  # a panel names its metric when not acc
         last10 = f"final/{metric}_last10"
         rows: dict[str, dict[str, tuple[float, float]]] = {}
         for mdir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("data")):
@@ -191,8 +195,8 @@ def figure_data(out: Path, scenes: list[str]) -> tuple[dict, dict, str]:
         panels[scene] = rows
         if best:
             refs[scene] = {"FedAvg test-best": 100 * statistics.fmean(best.values()),
-                           f"FedAvg {metric}@val": 100 * statistics.fmean(val.values())}
-    return panels, refs, metric
+                           "FedAvg at val-best": 100 * statistics.fmean(val.values())}
+    return panels, refs, "/".join(sorted(metrics, key=lambda m: m != "acc")) or "acc"
 
 
 def main(argv: list[str]) -> None:

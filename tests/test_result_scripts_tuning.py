@@ -92,7 +92,19 @@ def test_the_figure_has_a_panel_per_scene_with_both_settings_and_fedavgs_bars(tm
     assert list(panels) == ["a"] and metric == "acc"
     assert panels["a"]["fedavg"]["default"] == (30.0, 0.0)
     assert panels["a"]["sce"]["tuned"] == pytest.approx((65.0, 7.0710678))
-    assert refs["a"] == {"FedAvg test-best": pytest.approx(60.0), "FedAvg acc@val": pytest.approx(50.0)}
+    assert refs["a"] == {"FedAvg test-best": pytest.approx(60.0), "FedAvg at val-best": pytest.approx(50.0)}
     png = tmp_path / "t.png"
     tt.main(["--figure", str(png), str(tmp_path), "a"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_multi_label_scene_names_its_metric_in_the_summary_and_its_figure_panel(tmp_path):
+    _run(tmp_path / "a" / "fedavg" / "tuned" / "s0", 0.4, 0.55, 0.50)
+    run = tmp_path / "h" / "fedavg" / "tuned" / "s0"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"summary": {
+        "final/mAP_last10": 0.8, "final/mAP_best": 0.85, "final/mAP_at_val_best": 0.84}}))
+    assert tt.summary(tmp_path, ["a", "h"]).splitlines()[0] == "| method (tuned, mean last-10) | a | h (mAP) |"
+    panels, refs, metric = tt.figure_data(tmp_path, ["a", "h"])
+    assert list(panels) == ["a", "h (mAP)"] and metric == "acc/mAP"
+    assert refs["h (mAP)"]["FedAvg test-best"] == pytest.approx(85.0)

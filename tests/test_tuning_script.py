@@ -86,14 +86,35 @@ def test_a_multi_label_scene_tunes_only_the_methods_that_train_multi_label(tmp_p
     py.write_text(FAKE_PY)
     py.chmod(0o755)
     env = {"PY": str(py), "FAKE_LOG": str(log), "REAL_PY": sys.executable, "PATH": "/usr/bin:/bin",
-           "SCENES": "fedharmony_scenes", "TRIALS": "2", "SEEDS": "0"}
+           "SCENES": "fedharmony_scenes", "TRIALS": "2", "SEEDS": "0 1"}
     done = subprocess.run(["bash", "experiments/tuning.sh", str(tmp_path / "h")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    tunes = [c for c in log.read_text().splitlines() if c.startswith("-m fedcore tune")]
+    calls = log.read_text().splitlines()
+    tunes = [c for c in calls if c.startswith("-m fedcore tune")]
+    # Each seed draws its own benchmark, the tuning seed too: the tune never sees a reporting seed's data.
+    assert all("-s data.params.seed=100 " in c for c in tunes)
+    for c in (c for c in calls if c.startswith(("-m fedcore run", "-m fedcore data"))):
+        assert f"-s data.params.seed={c.split('-s seed=')[1].split()[0]} " in c
     rows = sorted(c.split("--out ")[1].split()[0].split("/")[-2] for c in tunes)
     assert rows == ["fedavg", "fedharmony", "fedharmony-v3", "fedprox"]
     v3 = next(c for c in tunes if "fedharmony-v3/tune" in c)
     assert "-s method.params.lam=0.1" in v3 and "-s method.params.timing=start" in v3 and "method.name=" not in v3
     own = next(c for c in tunes if "/fedharmony/tune" in c)
     assert "method.params" not in own  # the preset's FedHarmony as it stands
+
+
+def test_the_quickstart_is_a_scene_with_every_make_run_row(tmp_path):
+    py, log = tmp_path / "py", tmp_path / "log"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    env = {"PY": str(py), "FAKE_LOG": str(log), "REAL_PY": sys.executable, "PATH": "/usr/bin:/bin",
+           "SCENES": "quickstart", "TRIALS": "2", "SEEDS": "0"}
+    done = subprocess.run(["bash", "experiments/tuning.sh", str(tmp_path / "q")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tunes = [c for c in log.read_text().splitlines() if c.startswith("-m fedcore tune")]
+    assert all(c.startswith("-m fedcore tune configs/quickstart.yaml ") and "data.params.seed" not in c for c in tunes)
+    from fedcore.cli.quickstart import QUICKSTART_METHODS
+
+    assert sorted(c.split("--out ")[1].split()[0].split("/")[-2] for c in tunes) == sorted(QUICKSTART_METHODS)
