@@ -30,12 +30,13 @@ esac
 """
 
 
-def run_script(tmp_path: Path, out: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run_script(tmp_path: Path, out: Path, **grid: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run the script against the stand-in; `grid` replaces the default SCENES, METHODS, TRIALS, SEEDS."""
     py, log = tmp_path / "py", tmp_path / "log"
     py.write_text(FAKE_PY)
     py.chmod(0o755)
     env = {"PY": str(py), "FAKE_LOG": str(log), "REAL_PY": sys.executable, "PATH": "/usr/bin:/bin",
-           "SCENES": "fedrg_sym_localized", "METHODS": "fedavg fedrg", "TRIALS": "2", "SEEDS": "0 1"}
+           **(grid or {"SCENES": "fedrg_sym_localized", "METHODS": "fedavg fedrg", "TRIALS": "2", "SEEDS": "0 1"})}
     done = subprocess.run(["bash", "experiments/tuning.sh", str(out)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -65,15 +66,7 @@ def test_a_fresh_grid_tunes_runs_both_rows_on_shared_data_then_skips_everything(
 
 
 def test_a_named_variant_is_its_method_with_fixed_params(tmp_path):
-    py, log = tmp_path / "py", tmp_path / "log"
-    py.write_text(FAKE_PY)
-    py.chmod(0o755)
-    env = {"PY": str(py), "FAKE_LOG": str(log), "REAL_PY": sys.executable, "PATH": "/usr/bin:/bin",
-           "SCENES": "fedgr_sym", "METHODS": "fedgr-robust", "TRIALS": "2", "SEEDS": "0"}
-    done = subprocess.run(["bash", "experiments/tuning.sh", str(tmp_path / "g")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    calls = [c for c in log.read_text().splitlines() if c.startswith("-m fedcore")]
+    _, calls = run_script(tmp_path, tmp_path / "g", SCENES="fedgr_sym", METHODS="fedgr-robust", TRIALS="2", SEEDS="0")
     tune = next(c for c in calls if c.startswith("-m fedcore tune"))
     default = next(c for c in calls if c.startswith("-m fedcore run") and "/default/" in c)
     for c in (tune, default):
@@ -82,15 +75,7 @@ def test_a_named_variant_is_its_method_with_fixed_params(tmp_path):
 
 
 def test_a_multi_label_scene_tunes_only_the_methods_that_train_multi_label(tmp_path):
-    py, log = tmp_path / "py", tmp_path / "log"
-    py.write_text(FAKE_PY)
-    py.chmod(0o755)
-    env = {"PY": str(py), "FAKE_LOG": str(log), "REAL_PY": sys.executable, "PATH": "/usr/bin:/bin",
-           "SCENES": "fedharmony_scenes", "TRIALS": "2", "SEEDS": "0 1"}
-    done = subprocess.run(["bash", "experiments/tuning.sh", str(tmp_path / "h")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    calls = log.read_text().splitlines()
+    _, calls = run_script(tmp_path, tmp_path / "h", SCENES="fedharmony_scenes", TRIALS="2", SEEDS="0 1")
     tunes = [c for c in calls if c.startswith("-m fedcore tune")]
     # Each seed draws its own benchmark, the tuning seed too: the tune never sees a reporting seed's data.
     assert all("-s data.params.seed=100 " in c for c in tunes)
@@ -105,15 +90,8 @@ def test_a_multi_label_scene_tunes_only_the_methods_that_train_multi_label(tmp_p
 
 
 def test_the_quickstart_is_a_scene_with_every_make_run_row(tmp_path):
-    py, log = tmp_path / "py", tmp_path / "log"
-    py.write_text(FAKE_PY)
-    py.chmod(0o755)
-    env = {"PY": str(py), "FAKE_LOG": str(log), "REAL_PY": sys.executable, "PATH": "/usr/bin:/bin",
-           "SCENES": "quickstart", "TRIALS": "2", "SEEDS": "0"}
-    done = subprocess.run(["bash", "experiments/tuning.sh", str(tmp_path / "q")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    tunes = [c for c in log.read_text().splitlines() if c.startswith("-m fedcore tune")]
+    _, calls = run_script(tmp_path, tmp_path / "q", SCENES="quickstart", TRIALS="2", SEEDS="0")
+    tunes = [c for c in calls if c.startswith("-m fedcore tune")]
     assert all(c.startswith("-m fedcore tune configs/quickstart.yaml ") and "data.params.seed" not in c for c in tunes)
     from fedcore.cli.quickstart import QUICKSTART_METHODS
 
