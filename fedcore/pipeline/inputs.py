@@ -22,7 +22,7 @@ import yaml
 
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError
-from fedcore.pipeline.plan import apply, run_overrides, shared_data, stage_names
+from fedcore.pipeline.plan import apply, check_own_overrides, run_overrides, shared_data, stage_names
 from fedcore.registries import config_from_dict
 
 
@@ -76,6 +76,7 @@ def _method_overrides(setting: dict[str, Any], method: str) -> list[str]:
     if not isinstance(over, list) or not all(isinstance(o, str) for o in over):
         raise ConfigError(f"sweep setting {setting.get('setting')!r}: 'method_overrides' must map a method name "
                           "to a list of 'key=value' strings")
+    check_own_overrides(method, over)
     return over
 
 

@@ -10,6 +10,7 @@ the methods, seeds and settings) and resolve their own config from them
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,13 +182,18 @@ def _check_method_overrides(own: dict[str, list[str]], methods: list[str]) -> di
     unknown = [m for m in own if m not in methods]
     if unknown:
         raise ConfigError(f"method_overrides names {unknown}, which the sweep does not run (methods: {methods})")
-    # The data is shared by every method of a setting, so a method may not change it.
     for m, over in own.items():
-        shared = [o for o in over if o.split("=", 1)[0].split(".", 1)[0] in ("data", "partition", "noise")]
-        if shared:
-            raise ConfigError(f"method_overrides['{m}'] changes the shared dataset ({', '.join(shared)}); "
-                              "put data, partition and noise changes in a setting or --set")
+        check_own_overrides(m, over)
     return {m: tuple(o) for m, o in own.items()}
+
+
+def check_own_overrides(method: str, over: Sequence[str]) -> None:
+    """Refuse a method's own overrides that touch data, partition or noise (compile and run time)."""
+    # The data is shared by every method of a setting, so a method may not change it.
+    shared = [o for o in over if o.split("=", 1)[0].split(".", 1)[0] in ("data", "partition", "noise")]
+    if shared:
+        raise ConfigError(f"method_overrides['{method}'] changes the shared dataset ({', '.join(shared)}); "
+                          "put data, partition and noise changes in a setting or --set")
 
 
 def _check_same_stages(plans: list[SettingPlan]) -> None:

@@ -81,6 +81,16 @@ def test_malformed_method_overrides_in_a_run_time_setting_are_refused():
         resolve(RunInputs(config_input(cfg), setting=setting, methods=["fedavg"], seeds=[0], slot=0, slots=1))
 
 
+def test_run_time_method_overrides_that_change_the_shared_data_are_refused():
+    # A settings input edited in the KFP UI is checked like a compiled one: a method may not move the data.
+    cfg = config_from_dict(BASE)
+    setting = {"setting": "a", "overrides": [], "method_overrides": {"fedavg": ["partition.params.alpha=0.1"]}}
+    with pytest.raises(ConfigError, match="shared dataset"):
+        check_settings([setting])
+    with pytest.raises(ConfigError, match="shared dataset"):
+        resolve(RunInputs(config_input(cfg), setting=setting, methods=["fedavg"], seeds=[0], slot=0, slots=1))
+
+
 def test_config_input_round_trips_every_preset_exactly():
     from fedcore.registries import load_config
 
