@@ -14,6 +14,8 @@
 #   SEEDS ("0 1 2"), JOBS (1: the reporting runs in parallel; tunes run one at a time), PY (.venv/bin/python).
 # Everything is resumable and skipped when done: a tune reruns to TRIALS finished trials (a killed one
 # adds only the missing trials), a run with metrics.json is skipped, so a grid can be run in parts.
+# Logs are appended, not truncated: a resumed run keeps its first attempt's log, and a second grid
+# that reaches a run in use (refused by the run folder's lock) cannot wipe the running one's log.
 set -euo pipefail
 OUT=${1:-runs/tuning}
 SCENES=${SCENES:-"fedrg_sym_localized fedgr_sym fedgr_mixed fedrg_pair_localized fedsir_09 fedharmony_scenes"}
@@ -85,7 +87,7 @@ for scene in $SCENES; do
       # shellcheck disable=SC2086
       nice -n 10 $PY -m fedcore tune "$preset" $(method_args "$scene" "$m") -s seed=$TUNE_SEED \
         $(data_args "$scene" "$TUNE_SEED") $VAL \
-        --trials "$TRIALS" --out "$tune" --no-progress > "$tune.log" 2>&1 || { echo "FAILED tune $tune" >&2; continue; }
+        --trials "$TRIALS" --out "$tune" --no-progress >> "$tune.log" 2>&1 || { echo "FAILED tune $tune" >&2; continue; }
     fi
     for seed in $SEEDS; do
       data=$OUT/$scene/data-s$seed
@@ -102,7 +104,7 @@ for scene in $SCENES; do
           cmd="$tune/best.yaml"
         fi
         echo "nice -n 10 $PY -m fedcore run $cmd -s seed=$seed $(data_args "$scene" "$seed") --data $data --out $run $(resume_flag "$run") --no-progress \
-> $run.log 2>&1 || echo FAILED $run" >> "$jobs_file"
+>> $run.log 2>&1 || echo FAILED $run" >> "$jobs_file"
       done
     done
   done

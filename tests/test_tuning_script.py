@@ -96,3 +96,12 @@ def test_the_quickstart_is_a_scene_with_every_make_run_row(tmp_path):
     from fedcore.cli.quickstart import QUICKSTART_METHODS
 
     assert sorted(c.split("--out ")[1].split()[0].split("/")[-2] for c in tunes) == sorted(QUICKSTART_METHODS)
+
+
+def test_logs_are_appended_so_a_refused_or_resumed_run_keeps_the_earlier_log(tmp_path):
+    out = tmp_path / "a"
+    log = out / "fedrg_sym_localized/fedavg/default/s0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("the running attempt's lines\n")
+    run_script(tmp_path, out, SCENES="fedrg_sym_localized", METHODS="fedavg", TRIALS="2", SEEDS="0")
+    assert log.read_text().startswith("the running attempt's lines\n")
