@@ -57,7 +57,8 @@ figure_set fedharmony_v3 "$H"/fedavg/s{0,1,2} "$H"/fedprox/s{0,1,2} "$H"/v3/s{0,
 if compgen -G "$RUNS/*/fedavg/tuned/s0/metrics.json" > /dev/null; then
   mkdir -p "$OUT/tuning"
   "$PY" experiments/tuning_table.py --figure "$OUT/tuning/summary.png" "$RUNS" \
-    fedrg_sym_localized fedgr_sym fedgr_mixed fedsir_09 fedrg_pair_localized fedharmony_scenes >&2
+    fedrg_sym_localized fedrg_pair_localized fedrg_sym_globalized fedrg_pair_globalized fedgr_sym fedgr_mixed \
+    fedsir_09 fedharmony_scenes >&2
 else
   echo "figures: tuning summary skipped (no tuned FedAvg under $RUNS)" >&2
 fi
