@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install lint pytest clean lock bench-peers
+.PHONY: run test install lint pytest clean lock bench-peers image stack-up stack-down
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,18 @@ test: lint pytest
 # Needs uv (UV=/path/to/uv or on PATH) and PyPI; tests/deploy/test_lock.py says when it is due.
 lock:
 	$(PYTHON) scripts/lock.py
+
+# The project image (./Dockerfile); prints `image: NAME:TAG` last. IMAGE=NAME:TAG to name it; BASE=local builds
+# the Debian base with debootstrap first (no registry needed; also the fallback when the pinned base cannot be pulled).
+image:
+	bash scripts/build-image.sh
+
+# The tracking stack as containers built here (Postgres, MLflow with basic-auth, an S3 store): docs/deploy.md.
+stack-up:
+	bash scripts/stack.sh up
+
+stack-down:
+	bash scripts/stack.sh down
 
 # FedAvg in Flower's simulation engine against fedcore's two executors, same work (docs/performance.md).
 # Flower comes from the `bench` extra's pin, installed once into .bench-pkgs/ (FLWR_PATH=DIR: one you have).

@@ -159,30 +159,37 @@ def _records(run_dir: Path | None) -> list[dict[str, Any]]:
     return [json.loads(f.read_text()) for f in sorted(run_dir.glob("**/figures/record.json"))]
 
 
-def run_local(pipeline: Any, root: str | Path, echo: bool = True, **arguments: Any) -> LocalRun:
+def run_local(pipeline: Any, root: str | Path, echo: bool = True, docker: Any = None, **arguments: Any) -> LocalRun:
     """Run the pipeline object itself (or a compiled package loaded with kfp) under kfp.local's
-    SubprocessRunner, in this Python environment; `arguments` are its run-time inputs.
+    SubprocessRunner, in this Python environment, or with `docker` (a `pipelines.docker.DockerTasks`)
+    each task in the project image; `arguments` are its run-time inputs.
 
     Artifacts land under `<root>/kfp`, the full task log in `<root>/kfp-local.log`; with
-    `echo`, one line per finished task is printed. Tasks start from a fork server that has
-    imported their libraries once (`pipelines.forkserver`; FEDCORE_FORKSERVER=0 turns it off).
+    `echo`, one line per finished task is printed. Subprocess tasks start from a fork server that
+    has imported their libraries once (`pipelines.forkserver`; FEDCORE_FORKSERVER=0 turns it off).
     """
     from kfp import local
 
+    from pipelines import docker as in_docker
     from pipelines import forkserver
 
     root = Path(root).resolve()
     if root.exists() and not root.is_dir():  # caught here, not as a traceback from the log's mkdir
         raise UserError(f"--out '{root}' is a file; pass a folder for the pipeline's run dir")
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root / "kfp"),
-               raise_on_error=True)
+    if docker is not None:
+        in_docker.check(docker)
+        in_docker.prepare_root(root / "kfp")
+        task_runner = in_docker.runner(docker)
+    else:
+        task_runner = local.SubprocessRunner(use_venv=False)
+    local.init(runner=task_runner, pipeline_root=str(root / "kfp"), raise_on_error=True)
     log = root / "kfp-local.log"
     start = log.stat().st_size if log.is_file() else 0  # the log is appended to across runs
     before = set((root / "kfp").glob("*")) if (root / "kfp").is_dir() else set()
     try:
         # The fork server starts inside _one_thread_per_task: its torch reads OMP_NUM_THREADS on import.
-        with _one_thread_per_task(), forkserver.serving(), _root_logger_kept(), \
-                _quiet(log, display_names(pipeline), echo):
+        serving = forkserver.serving() if docker is None else contextlib.nullcontext()
+        with _one_thread_per_task(), serving, _root_logger_kept(), _quiet(log, display_names(pipeline), echo):
             task = pipeline(**arguments)
         new = sorted(set((root / "kfp").glob("*")) - before)
         run_dir = new[-1] if new else None

@@ -36,6 +36,14 @@ ParallelOpt = Annotated[int, typer.Option("--parallelism", min=0,
                                            help="sweep: settings (with --fold: runs) trained at once (0 = no limit)")]
 ResourceOpt = Annotated[list[str] | None, typer.Option(
     "--resource", help="task resources field=value (repeatable), e.g. stage_memory_limit=32Gi; see docs/pipelines.md")]
+RunnerOpt = Annotated[str, typer.Option(
+    "--runner", help="--local: subprocess (this Python) or docker (each task in --image, as a hardened pod: "
+    "uid 10001, read-only root, no capabilities, no network but --network)")]
+NetworkOpt = Annotated[str, typer.Option(
+    "--network", help="--runner docker: the tasks' only network (fedcore-stack: the tracking stack's; none)")]
+EnvFileOpt = Annotated[Path | None, typer.Option(
+    "--env-file", help="--runner docker: KEY=VALUE file of the tasks' environment, as seen from --network "
+    "(make stack-up writes .stack/tasks.env)")]
 PackageOpt = Annotated[Path | None, typer.Option(
     "--package", help="run a compiled package as it is (no recompiling); --set/--method/--seed become its inputs")]
 
@@ -70,33 +78,40 @@ def local_resources(res: Any) -> Any:
     return res.model_copy(update={"retries": 0})
 
 
-def base_config(config: Path | None, tracking: bool, local_root: Path | None):
-    """The default of a pipeline's `config` input: tracking on by default, pinned to a local store for --local."""
+def base_config(config: Path | None, tracking: bool, local_root: Path | None, task_env: dict | None = None):
+    """The default of a pipeline's `config` input: tracking on by default, pinned to a local store for --local.
+
+    `task_env`: the environment of tasks that do not share this process's (--runner docker)."""
     from fedcore.registries import load_config
 
     cfg = load_config(config or find_config(), ["tracking.backend=mlflow"] if tracking else ["tracking.backend=none"])
     if tracking and local_root is not None and not cfg.tracking.uri:
-        cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update=local_store(local_root))})
+        store = local_store(local_root, task_env)
+        cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update=store)})
     return cfg
 
 
-def load_pipeline_config(config: Path | None, overrides: list[str] | None, tracking: bool, local_root: Path | None):
+def load_pipeline_config(config: Path | None, overrides: list[str] | None, tracking: bool, local_root: Path | None,
+                         task_env: dict | None = None):
     """What the pipeline runs by default: the base config with the `--set` overrides applied
     (checked here, so a bad override fails before anything is compiled)."""
     from fedcore.pipeline.plan import apply
 
-    return apply(base_config(config, tracking, local_root), overrides or [])
+    return apply(base_config(config, tracking, local_root, task_env), overrides or [])
 
 
-def local_store(root: Path) -> dict[str, str]:
-    """Tasks run in their own processes: give them one absolute embedded MLflow store (or MLFLOW_TRACKING_URI)."""
+def local_store(root: Path, task_env: dict | None = None) -> dict[str, str]:
+    """Tasks run in their own processes: give them one absolute embedded MLflow store, or the
+    MLFLOW_TRACKING_URI of their environment (this process's, or `task_env` for containers)."""
     import os
 
     from fedcore.tracking.mlflow import embedded_store
 
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return {"uri": os.environ["MLFLOW_TRACKING_URI"]}
-    uri, artifacts = embedded_store(root.resolve())
+    env = os.environ if task_env is None else task_env
+    if env.get("MLFLOW_TRACKING_URI"):
+        return {"uri": env["MLFLOW_TRACKING_URI"]}
+    # Containers see only the pipeline root (kfp.local mounts it at the same path): keep the store in it.
+    uri, artifacts = embedded_store((root if task_env is None else root / "kfp").resolve())
     return {"uri": uri, "artifact_location": artifacts}
 
 
@@ -161,18 +176,24 @@ def run_cmd(name: NameArg,
             model_name: ModelOpt = "", tracking: TrackOpt = True,
             fold: Annotated[bool, typer.Option(
                 "--fold", help="sweep: one task per run, so kfp.local trains --parallelism runs side by side "
-                "(default: one task per stage, the cluster's shape)")] = False) -> None:
+                "(default: one task per stage, the cluster's shape)")] = False,
+            runner: RunnerOpt = "subprocess", image: ImageOpt = None, network: NetworkOpt = "none",
+            env_file: EnvFileOpt = None) -> None:
     """Run a pipeline on this machine (the same pipeline object a cluster runs), or a compiled package."""
     if not local:
         raise UserError("`fedcore pipeline run` runs on this machine: pass --local "
                         "(`fedcore pipeline submit` sends it to a cluster)")
+    from pipelines.docker import from_options
+
+    docker = from_options(locals())
+    task_env = None if docker is None else docker.env
     if package is not None:
         result, cfg = run_package(package, locals(), out)
     else:
         if config is None:
             raise UserError("pass the experiment config (e.g. configs/quickstart.yaml), or --package PIPELINE.yaml")
-        cfg = load_pipeline_config(config, set_, tracking, out)
-        result = run_local_pipeline(name, base_config(config, tracking, out), locals(), out)
+        cfg = load_pipeline_config(config, set_, tracking, out, task_env)
+        result = run_local_pipeline(name, base_config(config, tracking, out, task_env), locals(), out)
     print_result(name, result, cfg, out)
 
 
@@ -180,8 +201,9 @@ def run_local_pipeline(name: str, base: Any, args: dict[str, Any], out: Path) ->
     from pipelines.runner import run_local
 
     pipeline = build(name, base, args, local=True)  # bad methods/sweeps fail here, before anything runs
-    console.print(f"running pipeline [bold]{name}[/] locally (task logs: {out / 'kfp-local.log'})")
-    return run_local(pipeline, out, **run_arguments(name, args))
+    where = "locally" if args.get("docker") is None else f"in {args['docker'].image} (docker)"
+    console.print(f"running pipeline [bold]{name}[/] {where} (task logs: {out / 'kfp-local.log'})")
+    return run_local(pipeline, out, docker=args.get("docker"), **run_arguments(name, args))
 
 
 def run_package(package: Path, args: dict[str, Any], out: Path) -> tuple[Any, Any]:
@@ -198,7 +220,7 @@ def run_package(package: Path, args: dict[str, Any], out: Path) -> tuple[Any, An
     cfg = package_config(package, args.get("set_"))
     pipeline = components.load_component_from_file(str(package))
     console.print(f"running package [bold]{package}[/] locally (task logs: {out / 'kfp-local.log'})")
-    return run_local(pipeline, out, **run_arguments(args["name"], args)), cfg
+    return run_local(pipeline, out, docker=args.get("docker"), **run_arguments(args["name"], args)), cfg
 
 
 def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console = console) -> None:

@@ -1,0 +1,47 @@
+"""`fedcore pipeline run --runner docker`: every task in the project image, as a hardened pod,
+gives the subprocess runner's numbers on the same config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import REPO
+
+ACC = "final/acc_last10"
+
+
+def pipeline(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "fedcore", "pipeline", "run", "experiment", "configs/quickstart.yaml", "--local",
+           "--out", str(out), "--no-tracking", *extra]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def record(out: Path) -> dict:
+    (path,) = out.glob("kfp/*/evaluate/figures/record.json")
+    return json.loads(path.read_text())
+
+
+def test_the_quickstart_in_the_image_gives_the_subprocess_runners_numbers(image, tmp_path):
+    sub = pipeline(tmp_path / "sub")
+    assert sub.returncode == 0, sub.stdout[-2000:] + sub.stderr[-2000:]
+    box = pipeline(tmp_path / "box", "--runner", "docker", "--image", image)
+    assert box.returncode == 0, box.stdout[-2000:] + box.stderr[-2000:]
+    assert f"in {image} (docker)" in box.stdout
+    a, b = record(tmp_path / "sub"), record(tmp_path / "box")
+    assert a["data_sha256"] == b["data_sha256"]  # the same FederatedDataset artifact
+    assert b["summary"][ACC] == a["summary"][ACC], (a["summary"][ACC], b["summary"][ACC])
+    assert b["summary"] == a["summary"]
+    # Written inside the containers by the task user, not by this process.
+    written = next((tmp_path / "box").glob("kfp/*/run-stage/checkpoint/metrics.json"))
+    assert written.stat().st_uid == 10001
+
+
+def test_a_missing_image_is_one_line_and_exit_2(tmp_path):
+    out = pipeline(tmp_path / "x", "--runner", "docker", "--image", "fedcore-test/absent:0")
+    assert out.returncode == 2
+    assert "is not on this machine; build it with `make image`" in out.stderr + out.stdout
