@@ -191,7 +191,8 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, docker: Any = 
         serving = forkserver.serving() if docker is None else contextlib.nullcontext()
         with _one_thread_per_task(), serving, _root_logger_kept(), _quiet(log, display_names(pipeline), echo):
             task = pipeline(**arguments)
-        new = sorted(set((root / "kfp").glob("*")) - before)
+        # The embedded MLflow store of docker tasks sits in the pipeline root too (pipelines.docker).
+        new = sorted(p for p in set((root / "kfp").glob("*")) - before if p.name != "mlruns")
         run_dir = new[-1] if new else None
         outputs = getattr(task, "outputs", None) or {}
         return LocalRun(run_dir, _records(run_dir), outputs.get("Output"))

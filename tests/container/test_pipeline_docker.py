@@ -14,9 +14,9 @@ from .conftest import REPO
 ACC = "final/acc_last10"
 
 
-def pipeline(out: Path, *extra: str) -> subprocess.CompletedProcess:
+def pipeline(out: Path, *extra: str, tracking: bool = False) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "fedcore", "pipeline", "run", "experiment", "configs/quickstart.yaml", "--local",
-           "--out", str(out), "--no-tracking", *extra]
+           "--out", str(out), "--tracking" if tracking else "--no-tracking", *extra]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "COLUMNS": "200"})
 
@@ -29,9 +29,11 @@ def record(out: Path) -> dict:
 def test_the_quickstart_in_the_image_gives_the_subprocess_runners_numbers(image, tmp_path):
     sub = pipeline(tmp_path / "sub")
     assert sub.returncode == 0, sub.stdout[-2000:] + sub.stderr[-2000:]
-    box = pipeline(tmp_path / "box", "--runner", "docker", "--image", image)
+    # With tracking on: the tasks' embedded MLflow store must live where the containers see it.
+    box = pipeline(tmp_path / "box", "--runner", "docker", "--image", image, tracking=True)
     assert box.returncode == 0, box.stdout[-2000:] + box.stderr[-2000:]
-    assert f"in {image} (docker)" in box.stdout
+    assert f"in {image} (docker)" in box.stdout and "acc last10" in box.stdout  # the table, from the records
+    assert (tmp_path / "box" / "kfp" / "mlruns" / "mlflow.db").stat().st_uid == 10001
     a, b = record(tmp_path / "sub"), record(tmp_path / "box")
     assert a["data_sha256"] == b["data_sha256"]  # the same FederatedDataset artifact
     assert b["summary"][ACC] == a["summary"][ACC], (a["summary"][ACC], b["summary"][ACC])
