@@ -105,7 +105,7 @@ up() {
     > "$STATE/mlflow-auth.ini"
   chmod 644 "$STATE/mlflow-auth.ini"
   docker run -d --name "$STACK-mlflow" --user 10001:10001 "${HARDENED[@]}" -p "127.0.0.1:$MLFLOW_PORT:5000" \
-    -v "$PWD/$STATE/mlflow-auth.ini:/etc/mlflow-auth/basic_auth.ini:ro" \
+    -v "$(cd "$STATE" && pwd)/mlflow-auth.ini:/etc/mlflow-auth/basic_auth.ini:ro" \
     -e MLFLOW_BACKEND_STORE_URI=postgresql+psycopg://postgres:5432/mlflow -e PGUSER="$POSTGRES_USER" \
     -e PGPASSWORD="$POSTGRES_PASSWORD" -e HOME=/tmp -e MLFLOW_AUTH_CONFIG_PATH=/etc/mlflow-auth/basic_auth.ini \
     -e MLFLOW_AUTH_ADMIN_USERNAME -e MLFLOW_AUTH_ADMIN_PASSWORD -e MLFLOW_FLASK_SERVER_SECRET_KEY \
