@@ -2,7 +2,8 @@
 
 It resolves pyproject.toml's dependencies with the `gpu` extra (what the Dockerfile installs)
 plus fedcore's build backend (docker/build-requirements.in), for the image's platform (Linux
-x86_64, CPython 3.11: Debian 12's python3, the interpreter the tests run on), with a sha256 for every file, via `uv pip compile`. The first line records a
+x86_64, CPython 3.11: Debian 12's python3, the interpreter the tests run on), with a sha256 for
+every file, via `uv pip compile`. The first line records a
 digest of those inputs, so tests/deploy/test_lock.py fails as soon as pyproject.toml's
 dependencies change without a new lock. Needs `uv` (UV=/path/to/uv, or on PATH; `pip install uv`
 into any venv but the project's); it reaches PyPI.
