@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from fedcore.cli.console import ConfigArg, make_console, set_option
+from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
 from fedcore.errors import ConfigError, UserError
 
 app = typer.Typer(help="Compile, run locally, submit and schedule the Kubeflow pipelines.", no_args_is_help=True)
@@ -166,6 +166,7 @@ def run_cmd(name: NameArg,
     if not local:
         raise UserError("`fedcore pipeline run` runs on this machine: pass --local "
                         "(`fedcore pipeline submit` sends it to a cluster)")
+    out = local_folder(out)
     if package is not None:
         result, cfg = run_package(package, locals(), out)
     else:

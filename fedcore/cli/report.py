@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import make_console
+from fedcore.cli.console import local_folder, make_console
 
 console = make_console()
 
@@ -25,6 +25,7 @@ def report(
     from fedcore.errors import UserError
     from fedcore.reporting.report import mlflow_runs, write_report
 
+    out = local_folder(out)
     if experiment and runs:
         raise UserError("pass run dirs or --experiment, not both")
     if experiment:

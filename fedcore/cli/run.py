@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import ConfigArg, make_console, set_option
+from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
 
 console = make_console()
 
@@ -71,6 +71,7 @@ def run(
     from fedcore.reporting.compare import comparison_table, load_run
     from fedcore.run import run_experiment
 
+    out, resume = local_folder(out), local_folder(resume, "--resume")
     cfg = load_config(config, set_)
     out = out or (resume if resume and resume.is_dir() else Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}")
     if out.exists() and not out.is_dir():

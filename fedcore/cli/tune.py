@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import ConfigArg, make_console, set_option
+from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -36,6 +36,7 @@ def tune(
     tables do not report). Writes OUT/tune.json and OUT/best.yaml (`fedcore run OUT/best.yaml`)."""
     from fedcore.tuning.study import TuneRequest, run_tune
 
+    out = local_folder(out)
     req = TuneRequest(config=str(config), overrides=list(set_ or []), trials=trials, out=out, data=data,
                       objective=objective, only=param, prune=prune, progress=progress)
     result = run_tune(req, say=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
