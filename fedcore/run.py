@@ -12,9 +12,7 @@ import csv
 import io
 import json
 import re
-import signal
 import sys
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +35,13 @@ from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
 from fedcore.engine.types import RunContext, ServerState
-from fedcore.errors import ConfigError, Terminated
+from fedcore.errors import ConfigError
 from fedcore.io import atomic_write_bytes, run_dir_lock
 from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import at_val_best, summarize_history
 from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
 from fedcore.models import resolve_device
+from fedcore.signals import terminate_as_interrupt
 
 
 @dataclass
@@ -72,25 +71,6 @@ def make_context(cfg: ExperimentConfig, fed: FederatedDataset, device: torch.dev
         ClientData(cid, store, idx, fed.y_train[torch.as_tensor(idx)]) for cid, idx in enumerate(fed.client_indices)
     ]
     return RunContext(cfg=cfg, view=fed.view(), store=store, clients=clients, device=device, seed=cfg.seed)
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into `Terminated` for the block (main thread only, when nobody else handles it)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-        raise Terminated(f"stopped by {signal.Signals(signum).name}")
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def run_experiment(

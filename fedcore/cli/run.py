@@ -84,20 +84,47 @@ def run(
     # Rank 0 (the only writer; a plain run is rank 0) locks before the folder is judged: a second
     # process is refused here, rather than told to --resume a run that is still being written.
     writer = int(os.environ.get("RANK", "0")) == 0
-    with run_dir_lock(out) if writer else contextlib.nullcontext():
-        check_run_dir(out, resume)
-        info = init_distributed(resolve_device(cfg.train.device))
-        main = info is None or info.is_main
-        try:
-            result = run_experiment(cfg, out, data=data, resume=resume, stages=stage, dist=info,
-                                    callbacks=run_callbacks(cfg, total_rounds(cfg), progress, main=main))
-        finally:
-            shutdown(info)
+    try:
+        with run_dir_lock(out) if writer else contextlib.nullcontext():
+            check_run_dir(out, resume)
+            info = init_distributed(resolve_device(cfg.train.device))
+            main = info is None or info.is_main
+            try:
+                result = run_experiment(cfg, out, data=data, resume=resume, stages=stage, dist=info,
+                                        callbacks=run_callbacks(cfg, total_rounds(cfg), progress, main=main))
+            finally:
+                shutdown(info)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM as fedcore.errors.Terminated
+        raise interrupted(err, out) from None
     if main:
         console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
         if katib_metrics:
             for line in katib_lines(result.summary):
                 print(line, flush=True)
+
+
+def interrupted(err: KeyboardInterrupt, out: Path):
+    """The one line and exit code of a run stopped by a signal: what it kept and how to go on.
+
+    No checkpoint is written on SIGTERM: the signal lands mid-round, where the per-client store
+    may already hold the round's updates while the server state does not, so only a round's end
+    is consistent; and deferring the stop to the next round's end can outlast Kubernetes' grace
+    period (30 s by default) on a long round, when SIGKILL would take the pod anyway. So the line
+    says what the periodic and stage-end checkpoints kept, and how to make a run resumable.
+    """
+    from fedcore.engine.checkpoint import saved_round
+    from fedcore.errors import Interrupted
+    from fedcore.signals import EXIT_CODES, stop_signal, stopped_line
+
+    sig = stop_signal(err)
+    rnd = saved_round(out / "checkpoints")
+    if rnd is not None or any((out / "checkpoints").glob("*.pt")):
+        upto = f" up to round {rnd}" if rnd is not None else ""
+        tail = f"its checkpoints{upto} are kept: continue it with the same command plus --resume {out}"
+    else:
+        tail = ("nothing was saved (a run checkpoints at stage ends only, unless --set "
+                "train.checkpoint_every=N saves every N rounds, which makes a killed run resumable)")
+    return Interrupted(f"{stopped_line(sig)} before the run finished; {tail}", EXIT_CODES[sig])
 
 
 def katib_lines(summary: dict[str, float]) -> list[str]:

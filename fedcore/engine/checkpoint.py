@@ -18,6 +18,7 @@ Python containers and numpy arrays only, so a crafted file cannot run code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -144,6 +145,18 @@ def find_checkpoint(path: Path) -> Path:
         if folder.is_dir() and any(folder.glob("*.pt")):
             return folder
     raise ArtifactError(f"no checkpoint at '{path}'; pass a run dir written by `fedcore run` or a .pt checkpoint")
+
+
+def saved_round(folder: Path) -> int | None:
+    """The furthest round a checkpoint in `folder` claims in its header (unverified: for a message
+    only), or None when it holds none that says."""
+    rounds = []
+    for path in Path(folder).glob("*.pt"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError), open(path, "rb") as f:
+            if f.read(len(MAGIC)) == MAGIC:
+                f.readline()  # the digest
+                rounds.append(int(json.loads(f.readline())["rnd"]))
+    return max(rounds, default=None)
 
 
 def _verified(path: Path) -> tuple[tuple[int, int] | None, bytes]:
