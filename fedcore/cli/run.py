@@ -73,7 +73,7 @@ def run(
 
     out, resume = local_folder(out), local_folder(resume, "--resume")
     cfg = load_config(config, set_)
-    out = out or (resume if resume and resume.is_dir() else Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}")
+    out = out or resume_run_dir(resume) or Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out '{out}' is a file; pass a folder for the run")
     if nproc > 1:
@@ -176,6 +176,17 @@ def launch_ranks(cfg, nproc: int, out: Path, resume: Path | None, args: list[str
         f"error: the {nproc}-process run failed (torchrun exit code {code}; the failing rank's error is above); "
         f"{hint}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
+
+
+def resume_run_dir(resume: Path | None) -> Path | None:
+    """The run dir a --resume continues by default: the folder itself, or the run dir holding a
+    checkpoint file (RUN/checkpoints/x.pt -> RUN). Resuming from a file used to train into a new
+    runs/<method>-<hash>, leaving the run it came from unfinished. None for a loose file."""
+    if resume is None:
+        return None
+    if resume.is_dir():
+        return resume.parent if resume.name == "checkpoints" and not (resume / "checkpoints").is_dir() else resume
+    return resume.parent.parent if resume.parent.name == "checkpoints" else None
 
 
 def check_run_dir(out: Path, resume: Path | None) -> None:

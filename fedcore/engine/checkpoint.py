@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import logging
 import pickle
 import re
 from pathlib import Path
@@ -40,6 +41,7 @@ from fedcore.io import atomic_write_bytes
 FORMAT = 2
 MAGIC = b"FEDCORE-CHECKPOINT\n"
 LEGACY_FORMAT = 1  # torch.save file + `<name>.sha256` sidecar; still read
+log = logging.getLogger(__name__)
 
 # What weights_only may rebuild beyond tensors and plain containers: numpy arrays and scalars,
 # which method state holds (per-sample scores, per-client noise matrices). Rebuilding an array
@@ -194,8 +196,8 @@ def _progress(payload: dict[str, Any]) -> tuple[int, int]:
 def _furthest(folder: Path) -> tuple[Path, dict[str, Any]]:
     """The verified checkpoint in `folder` that got furthest; latest.pt wins ties.
 
-    A damaged latest.pt is reported, not skipped (atomic writes mean no kill can cause one),
-    with the intact checkpoint to resume from instead; a damaged older one is skipped.
+    Damaged files are skipped. A damaged latest.pt also gets a warning line naming it: atomic
+    writes mean no kill causes one (a disk or a hand did), and the run goes back to an earlier round.
     """
     latest = folder / "latest.pt"
     paths = ([latest] if latest.is_file() else []) + [p for p in sorted(folder.glob("*.pt")) if p != latest]
@@ -212,12 +214,12 @@ def _furthest(folder: Path) -> tuple[Path, dict[str, Any]]:
             payload = _load(path, data)
             progress = _progress(payload)
         intact.append(((progress[0], progress[1], -order), path, payload, data))
-    if latest in errors:
-        hint = f"; resume from another one with --resume {max(intact, key=lambda t: t[0])[1]}" if intact else ""
-        raise ArtifactError(f"{str(errors[latest]).split('; ')[0]}{hint}")
     if not intact:
         raise next(iter(errors.values()))
-    _, path, payload, data = max(intact, key=lambda t: t[0])
+    (rnd, _, _), path, payload, data = max(intact, key=lambda t: t[0])
+    if latest in errors:
+        log.warning("warning: %s; resuming from '%s' (round %d), the verified checkpoint that got furthest",
+                    str(errors[latest]).split("; ")[0], path, rnd)
     return path, payload if payload is not None else _load(path, data)
 
 
