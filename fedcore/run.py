@@ -133,12 +133,12 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
                 else make_executor(cfg.train.executor, method, cfg.train.cohort_chunk))
     clients_state = ClientStateStore(fed.num_clients)
     cbs = list(callbacks)
-    ckpt = Checkpointer(out / "checkpoints", cfg.resume_hash(), cbs)
+    ckpt = Checkpointer(out / "checkpoints", cfg.resume_hash(), cbs, config=cfg.resume_dict())
     ckpt.clients = clients_state
     ckpt.sweep()
     loop_state = LoopState()
     if resume is not None:
-        payload = from_main(dist, lambda: load_checkpoint(Path(resume), cfg.resume_hash()))
+        payload = from_main(dist, lambda: load_checkpoint(Path(resume), cfg.resume_hash(), cfg.resume_dict()))
         state, loop_state = restore(payload, device, clients_state)
         for cb, st in zip(cbs, payload["callbacks"], strict=False):
             cb.load_state_dict(st)

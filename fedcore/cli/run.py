@@ -165,7 +165,7 @@ def launch_ranks(cfg, nproc: int, out: Path, resume: Path | None, args: list[str
     if resume is not None:  # refuse a bad checkpoint here, in one line, rather than once per rank
         from fedcore.engine.checkpoint import load_checkpoint
 
-        load_checkpoint(resume, cfg.resume_hash())
+        load_checkpoint(resume, cfg.resume_hash(), cfg.resume_dict())
     code = distributed.launch(nproc, "fedcore", ["run", *args])
     if code == 0:
         return

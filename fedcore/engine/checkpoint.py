@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedcore.config_diff import describe_diff
 from fedcore.engine.loop import LoopState
 from fedcore.engine.store import ClientStateStore
 from fedcore.engine.types import ServerState
@@ -53,9 +54,11 @@ SAFE_GLOBALS: list[Any] = [np.ndarray((0,)).__reduce__()[0], np.float64(0).__red
 
 
 class Checkpointer:
-    def __init__(self, directory: Path, config_hash: str, callbacks: list[Any] | None = None) -> None:
+    def __init__(self, directory: Path, config_hash: str, callbacks: list[Any] | None = None,
+                 config: dict[str, Any] | None = None) -> None:
         self.dir = Path(directory)
         self.config_hash = config_hash
+        self.config = config  # what config_hash digests: a mismatch on resume is then named by key
         self.callbacks = callbacks or []
         self.clients: ClientStateStore | None = None
         self._swept = False
@@ -64,6 +67,7 @@ class Checkpointer:
         payload = {
             "format": FORMAT,
             "config_hash": self.config_hash,
+            "config": self.config,
             "state": {"params": state.params, "rnd": state.rnd, "stage": state.stage,
                       "stage_round": state.stage_round, "extra": dict(state.extra)},
             "loop": {"stage_index": loop.stage_index, "history": loop.history, "stopped": loop.stopped,
@@ -223,11 +227,13 @@ def _furthest(folder: Path) -> tuple[Path, dict[str, Any]]:
     return path, payload if payload is not None else _load(path, data)
 
 
-def load_checkpoint(path: Path, config_hash: str | None = None) -> dict[str, Any]:
+def load_checkpoint(path: Path, config_hash: str | None = None,
+                    config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read and verify a checkpoint; refuse a corrupt one or one from another config.
 
     `path` may be a checkpoint file or a run dir (or its checkpoints/ folder); for a folder
-    the verified checkpoint that got furthest is taken (see the module docstring).
+    the verified checkpoint that got furthest is taken (see the module docstring). `config`
+    (what `config_hash` digests) lets a refusal name the keys that differ.
     """
     path = find_checkpoint(path)
     if path.is_dir():
@@ -235,10 +241,11 @@ def load_checkpoint(path: Path, config_hash: str | None = None) -> dict[str, Any
     else:
         payload = _load(path, _verified(path)[1])
     if config_hash is not None and payload["config_hash"] != config_hash:
-        raise ArtifactError(
-            f"checkpoint '{path}' was written by config {payload['config_hash']}, not {config_hash}; "
-            "resume with the same config (only train.rounds may grow)"
-        )
+        stored = payload.get("config")
+        why = describe_diff(stored, config, "run") if isinstance(stored, dict) and config is not None else \
+            "it predates checkpoints that record their config, so the keys cannot be named"
+        raise ArtifactError(f"checkpoint '{path}' was written by another config ({why}); resume with the same "
+                            "config (only the round budget may grow)")
     return payload
 
 

@@ -5,6 +5,7 @@ and a checkpoint file resumes into the run dir it belongs to (not a new runs/<me
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,15 @@ def test_resuming_from_a_checkpoint_file_continues_in_its_run_dir(tmp_path, arti
     _run(artifact, "--resume", str(run / "checkpoints" / "stage-train.pt"), rounds=3)
     assert json.loads((run / "metrics.json").read_text())["rounds"] == 3
     assert not (tmp_path / "runs").exists()  # no new runs/<method>-<hash> beside it
+
+
+def test_resuming_with_another_config_names_the_keys_that_differ(tmp_path, artifact, capsys):
+    run = tmp_path / "run"
+    _run(artifact, "--out", str(run))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        _run(artifact, "--resume", str(run), "--set", "method.name=fedprox", "--set", "train.lr=0.2")
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "method.name: fedavg (run) vs fedprox" in err and "train.lr: 0.05 (run) vs 0.2" in err
+    assert not re.search(r"\b[0-9a-f]{16}\b", err), err  # no config hashes

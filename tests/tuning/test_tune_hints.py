@@ -1,0 +1,31 @@
+"""What `fedcore tune` tells a user (issue 53): a tune dir of another tune names the keys that
+differ rather than two config hashes (defect 6)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fedcore import cli
+
+CONFIG = "configs/quickstart.yaml"
+FAST = ["method.name=fedavg", "train.rounds=3", "train.device=cpu", "train.threads=1", "tracking.backend=none",
+        "train.memorization=false", "seed=100", "data.validation.fraction=0.1"]
+
+
+def _sets(extra=()):
+    return [a for s in [*FAST, *extra] for a in ("--set", s)]
+
+
+def test_a_tune_dir_of_another_tune_names_the_keys_that_differ(tmp_path, capsys):
+    out = tmp_path / "tune"
+    cli.main(["tune", CONFIG, *_sets(), "--trials", "1", "--out", str(out), "--no-progress"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["tune", CONFIG, *_sets(["train.rounds=4"]), "--trials", "1", "--out", str(out),
+                  "--param", "train.lr", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "train.rounds: 3 (tune) vs 4" in err and "--param: " in err, err
+    assert not re.search(r"\b[0-9a-f]{16}\b", err), err  # no config hashes
