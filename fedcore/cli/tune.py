@@ -33,7 +33,8 @@ def tune(
     """Tune the train section's and the method's declared ranges on validation, never on test.
 
     Every trial is one fedcore run on the same dataset artifact and seed (tune on a seed your
-    tables do not report). Writes OUT/tune.json and OUT/best.yaml (`fedcore run OUT/best.yaml`)."""
+    tables do not report). Writes OUT/tune.json and OUT/best.yaml (`fedcore run OUT/best.yaml
+    --set seed=0`: best.yaml keeps the tuning seed)."""
     from fedcore.tuning.study import TuneRequest, run_tune
 
     out = local_folder(out)
@@ -43,4 +44,12 @@ def tune(
     params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result["best_params"].items())
     console.print(f"best {result['objective']} = {result['best_value']:.4f} (trial {result['best_trial']}; "
                   f"{result['n_trials']} trials, {result['n_pruned']} pruned): {params}", markup=False, highlight=False)
-    console.print(f"run it: fedcore run {out / 'best.yaml'}", markup=False, highlight=False)
+    tuned = result["seed"]
+    console.print(f"run it: fedcore run {out / 'best.yaml'} --set seed={reporting_seed(tuned)} (best.yaml keeps "
+                  f"the tuning seed {tuned}, whose scores the tune picked for: report seeds it never saw)",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+def reporting_seed(tuned: int) -> int:
+    """The seed the closing hint runs best.yaml on: 0, or 1 when the tune itself ran on 0."""
+    return 1 if tuned == 0 else 0

@@ -6,7 +6,8 @@ A tune is a run dir of run dirs:
     OUT/data/           the FederatedDataset every trial trains on (unless --data names one)
     OUT/trials/NNNN/    one fedcore run dir per trial
     OUT/tune.json       best_params, best_value, objective, n_trials, n_pruned, ...
-    OUT/best.yaml       the config with the best params applied: `fedcore run OUT/best.yaml`
+    OUT/best.yaml       the config with the best params applied, on the tuning seed: report it on
+                        others (`fedcore run OUT/best.yaml --set seed=0`)
     OUT/*.png           Optuna's optimization-history and param-importance figures
 
 The objective is a validation score (`final/val_acc_last10` by default: the mean of the last
