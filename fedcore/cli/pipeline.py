@@ -84,8 +84,9 @@ def load_pipeline_config(config: Path | None, overrides: list[str] | None, track
     """What the pipeline runs by default: the base config with the `--set` overrides applied
     (checked here, so a bad override fails before anything is compiled)."""
     from fedcore.pipeline.plan import apply
+    from fedcore.registries import check_data_root
 
-    return apply(base_config(config, tracking, local_root), overrides or [])
+    return check_data_root(apply(base_config(config, tracking, local_root), overrides or []))
 
 
 def local_store(root: Path) -> dict[str, str]:
