@@ -15,6 +15,7 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
 from fedcore.engine.distributed import DistInfo, DistributedExecutor, from_main, main_first
 from fedcore.engine.executor import SequentialExecutor
 from fedcore.engine.hostmem import keep_freed_memory
+from fedcore.engine.interrupt import terminate_as_interrupt
 from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
@@ -41,7 +43,7 @@ from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import at_val_best, summarize_history
 from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
 from fedcore.models import resolve_device
-from fedcore.signals import terminate_as_interrupt
+from fedcore.reporting.config_diff import resume_mismatch
 
 
 @dataclass
@@ -138,7 +140,8 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
     ckpt.sweep()
     loop_state = LoopState()
     if resume is not None:
-        payload = from_main(dist, lambda: load_checkpoint(Path(resume), cfg.resume_hash(), cfg.resume_dict()))
+        explain = partial(resume_mismatch, current=cfg.resume_dict())
+        payload = from_main(dist, lambda: load_checkpoint(Path(resume), cfg.resume_hash(), explain))
         state, loop_state = restore(payload, device, clients_state)
         for cb, st in zip(cbs, payload["callbacks"], strict=False):
             cb.load_state_dict(st)

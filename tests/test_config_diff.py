@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedcore.config_diff import config_diff, describe_diff
+from fedcore.reporting.config_diff import config_diff, describe_diff, resume_mismatch
 
 
 def test_nested_keys_are_dotted_and_sorted():
@@ -28,3 +28,8 @@ def test_description_names_both_sides_and_counts_the_rest():
 
 def test_a_key_only_one_side_has_reads_unset():
     assert describe_diff({"x": {"y": 1}}, {}, "tune") == "x.y: 1 (tune) vs unset"
+
+
+def test_a_checkpoint_without_a_recorded_config_says_so():
+    assert resume_mismatch(None, {"a": 1}).startswith("it predates checkpoints that record their config")
+    assert resume_mismatch({"a": 1}, {"a": 2}) == "a: 1 (run) vs 2"

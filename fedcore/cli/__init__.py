@@ -17,8 +17,8 @@ import typer
 
 from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, report, run, tracking, tune
 from fedcore.cli.console import make_console
+from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
 from fedcore.errors import Interrupted, UserError
-from fedcore.signals import EXIT_CODES, stop_signal, stopped_line
 
 app = typer.Typer(
     name="fedcore",

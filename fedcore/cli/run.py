@@ -113,8 +113,8 @@ def interrupted(err: KeyboardInterrupt, out: Path):
     says what the periodic and stage-end checkpoints kept, and how to make a run resumable.
     """
     from fedcore.engine.checkpoint import saved_round
+    from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
     from fedcore.errors import Interrupted
-    from fedcore.signals import EXIT_CODES, stop_signal, stopped_line
 
     sig = stop_signal(err)
     rnd = saved_round(out / "checkpoints")
@@ -164,8 +164,9 @@ def launch_ranks(cfg, nproc: int, out: Path, resume: Path | None, args: list[str
     distributed.rank_device(device, nproc - 1, torch.cuda.device_count() if device.type == "cuda" else 0)
     if resume is not None:  # refuse a bad checkpoint here, in one line, rather than once per rank
         from fedcore.engine.checkpoint import load_checkpoint
+        from fedcore.reporting.config_diff import resume_mismatch
 
-        load_checkpoint(resume, cfg.resume_hash(), cfg.resume_dict())
+        load_checkpoint(resume, cfg.resume_hash(), lambda recorded: resume_mismatch(recorded, cfg.resume_dict()))
     code = distributed.launch(nproc, "fedcore", ["run", *args])
     if code == 0:
         return

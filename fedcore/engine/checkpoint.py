@@ -26,13 +26,13 @@ import json
 import logging
 import pickle
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from fedcore.config_diff import describe_diff
 from fedcore.engine.loop import LoopState
 from fedcore.engine.store import ClientStateStore
 from fedcore.engine.types import ServerState
@@ -228,12 +228,13 @@ def _furthest(folder: Path) -> tuple[Path, dict[str, Any]]:
 
 
 def load_checkpoint(path: Path, config_hash: str | None = None,
-                    config: dict[str, Any] | None = None) -> dict[str, Any]:
+                    explain: Callable[[dict[str, Any] | None], str] | None = None) -> dict[str, Any]:
     """Read and verify a checkpoint; refuse a corrupt one or one from another config.
 
     `path` may be a checkpoint file or a run dir (or its checkpoints/ folder); for a folder
-    the verified checkpoint that got furthest is taken (see the module docstring). `config`
-    (what `config_hash` digests) lets a refusal name the keys that differ.
+    the verified checkpoint that got furthest is taken (see the module docstring). `explain`
+    turns the config the checkpoint recorded (None in older ones) into what differs from the
+    caller's, for the refusal; the engine knows hashes only.
     """
     path = find_checkpoint(path)
     if path.is_dir():
@@ -242,8 +243,8 @@ def load_checkpoint(path: Path, config_hash: str | None = None,
         payload = _load(path, _verified(path)[1])
     if config_hash is not None and payload["config_hash"] != config_hash:
         stored = payload.get("config")
-        why = describe_diff(stored, config, "run") if isinstance(stored, dict) and config is not None else \
-            "it predates checkpoints that record their config, so the keys cannot be named"
+        why = explain(stored if isinstance(stored, dict) else None) if explain else \
+            f"config {payload['config_hash']}, not {config_hash}"
         raise ArtifactError(f"checkpoint '{path}' was written by another config ({why}); resume with the same "
                             "config (only the round budget may grow)")
     return payload

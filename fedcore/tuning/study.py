@@ -108,7 +108,7 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
 
 def _identity_diff(stored: dict, stored_config: dict | None, identity: dict, config: dict) -> str:
     """'train.rounds: 3 (tune) vs 4; --param: [...] (tune) vs [...]': what differs, by key."""
-    from fedcore.config_diff import describe_diff
+    from fedcore.reporting.config_diff import describe_diff
 
     if stored_config is None:  # a tune dir from before configs were stored: only whether they differ is known
         same = stored["config_hash"] == identity["config_hash"]

@@ -45,3 +45,11 @@ def describe_diff(before: Mapping[str, Any], after: Mapping[str, Any], was: str 
     shown = [f"{k}: {_show(x)} ({was}) vs {_show(y)}" for k, x, y in diff[:limit]]
     rest = [k for k, _, _ in diff[limit:]]
     return "; ".join(shown) + (f"; and {len(rest)} more ({', '.join(rest)})" if rest else "")
+
+
+def resume_mismatch(recorded: Mapping[str, Any] | None, current: Mapping[str, Any]) -> str:
+    """What a checkpoint's recorded config (None: a checkpoint from before they recorded one)
+    differs in from the config resuming it (both `ExperimentConfig.resume_dict()`)."""
+    if recorded is None:
+        return "it predates checkpoints that record their config, so the keys cannot be named"
+    return describe_diff(recorded, current, "run")
