@@ -299,10 +299,13 @@ class ExperimentConfig(Strict):
         payload["data"] = {**payload["data"], "seed": self.data_seed, "cache_dir": None}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
-    def resume_hash(self) -> str:
-        """Digest of everything a checkpoint depends on: round budgets may grow, tracking may change."""
+    def resume_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint depends on: round budgets may grow, tracking may change."""
         d = self.hashed_dict()
         d.pop("tracking")
         free = ("rounds", "stage_rounds", "checkpoint_every", "threads")
         d["train"] = {k: v for k, v in d["train"].items() if k not in free}
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+        return d
+
+    def resume_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.resume_dict(), sort_keys=True).encode()).hexdigest()[:16]

@@ -40,6 +40,16 @@ class Terminated(KeyboardInterrupt):
     as Ctrl-C does: callbacks see it (the tracking run is marked KILLED), checkpoints stay."""
 
 
+class Interrupted(Exception):
+    """A command stopped by Ctrl-C or SIGTERM: the CLI prints the message in one line and exits
+    with `code` (130, 143). Deliberately not a KeyboardInterrupt: typer turns one into a silent
+    exit 130 before fedcore's `main` sees it, which lost SIGTERM's 143 and the message."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class GroundTruthAccessError(AttributeError):
     """Raised when method-facing code tries to read ground truth (y_true, noise flags).
 

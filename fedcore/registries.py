@@ -78,9 +78,27 @@ def _stage_names_of_every_method(cfg: ExperimentConfig) -> set[str]:
     return out
 
 
+def check_data_root(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Refuse a data.root the dataset never reads (digits comes from scikit-learn): it was ignored
+    without a word, so a user who pointed it at their own files trained on the bundled ones.
+
+    Called where a user's config and --set arrive (load_config, `fedcore pipeline`), not in
+    `validate`: the retrain pipeline sets data.root to its newest snapshot for any dataset.
+    """
+    from fedcore.data.datasets import available_datasets, reads_root
+
+    if cfg.data.root and not reads_root(cfg.data):
+        files = [n for n in available_datasets() if reads_root(cfg.data.model_copy(update={"name": n}))]
+        raise ConfigError(f"data.root '{cfg.data.root}' is set, but dataset '{cfg.data.name}' is bundled (built "
+                          f"from scikit-learn's digits) and reads no files; drop data.root, or choose a dataset "
+                          f"read from files ({', '.join(files)})")
+    return cfg
+
+
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Load a YAML config file, apply dotted overrides, validate everything."""
-    return validate(parse_config(path, overrides))
+    """Load a YAML config file, apply dotted overrides, validate everything, and refuse a data.root
+    the dataset does not read."""
+    return check_data_root(validate(parse_config(path, overrides)))
 
 
 def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> ExperimentConfig:

@@ -12,11 +12,10 @@ import csv
 import io
 import json
 import re
-import signal
 import sys
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +32,18 @@ from fedcore.engine.checkpoint import Checkpointer, load_checkpoint, restore
 from fedcore.engine.distributed import DistInfo, DistributedExecutor, from_main, main_first
 from fedcore.engine.executor import SequentialExecutor
 from fedcore.engine.hostmem import keep_freed_memory
+from fedcore.engine.interrupt import terminate_as_interrupt
 from fedcore.engine.loop import LoopState, RoundLoop
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientData, ClientStateStore, TensorStore
 from fedcore.engine.types import RunContext, ServerState
-from fedcore.errors import ConfigError, Terminated
+from fedcore.errors import ConfigError
 from fedcore.io import atomic_write_bytes, run_dir_lock
 from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import at_val_best, summarize_history
 from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
 from fedcore.models import resolve_device
+from fedcore.reporting.config_diff import resume_mismatch
 
 
 @dataclass
@@ -72,25 +73,6 @@ def make_context(cfg: ExperimentConfig, fed: FederatedDataset, device: torch.dev
         ClientData(cid, store, idx, fed.y_train[torch.as_tensor(idx)]) for cid, idx in enumerate(fed.client_indices)
     ]
     return RunContext(cfg=cfg, view=fed.view(), store=store, clients=clients, device=device, seed=cfg.seed)
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into `Terminated` for the block (main thread only, when nobody else handles it)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-        raise Terminated(f"stopped by {signal.Signals(signum).name}")
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def run_experiment(
@@ -153,12 +135,13 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
                 else make_executor(cfg.train.executor, method, cfg.train.cohort_chunk))
     clients_state = ClientStateStore(fed.num_clients)
     cbs = list(callbacks)
-    ckpt = Checkpointer(out / "checkpoints", cfg.resume_hash(), cbs)
+    ckpt = Checkpointer(out / "checkpoints", cfg.resume_hash(), cbs, config=cfg.resume_dict())
     ckpt.clients = clients_state
     ckpt.sweep()
     loop_state = LoopState()
     if resume is not None:
-        payload = from_main(dist, lambda: load_checkpoint(Path(resume), cfg.resume_hash()))
+        explain = partial(resume_mismatch, current=cfg.resume_dict())
+        payload = from_main(dist, lambda: load_checkpoint(Path(resume), cfg.resume_hash(), explain))
         state, loop_state = restore(payload, device, clients_state)
         for cb, st in zip(cbs, payload["callbacks"], strict=False):
             cb.load_state_dict(st)

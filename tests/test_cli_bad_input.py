@@ -54,6 +54,33 @@ def test_data_root_with_an_unsupported_scheme(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv", [
+    ["run", CONFIG, "--no-progress"],
+    ["data", "prepare", CONFIG],
+    ["config", "show", CONFIG],
+    ["pipeline", "compile", "experiment", CONFIG],
+])
+@pytest.mark.parametrize("name", ["digits", "digits_mosaic"])
+def test_data_root_for_a_bundled_dataset_is_refused(tmp_path, capsys, argv, name):
+    # It was ignored without a word: digits comes from scikit-learn and reads no files (issue 53, defect 7).
+    out = tmp_path / "out"
+    err = _fails([*argv, "--set", f"data.name={name}", "--set", "data.root=s3://bucket/digits",
+                  *(["--out", str(out)] if argv[0] != "config" else [])], capsys)
+    assert f"data.root 's3://bucket/digits' is set, but dataset '{name}' is bundled" in err
+    assert not out.exists()
+
+
+def test_data_root_is_refused_for_scenes_on_digit_tiles_only(capsys):
+    from fedcore.registries import load_config
+
+    fmnist = load_config(CONFIG, ["data.name=scenes_mosaic", "data.params.tiles=fashion_mnist",
+                                  "data.root=/data/fmnist"])
+    assert fmnist.data.root == "/data/fmnist"
+    err = _fails(["config", "show", CONFIG, "--set", "data.name=scenes_mosaic", "--set", "data.root=/data/x"],
+                 capsys)
+    assert "dataset 'scenes_mosaic' is bundled" in err
+
+
 def test_run_data_with_an_unsupported_scheme_leaves_no_run_dir(tmp_path, capsys):
     out = tmp_path / "run"
     err = _fails(["run", CONFIG, "--data", "gs://bucket/art", "--out", str(out), "--no-progress"], capsys)

@@ -10,13 +10,15 @@ bugs keep their traceback.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import typer
 
 from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, report, run, tracking, tune
 from fedcore.cli.console import make_console
-from fedcore.errors import Terminated, UserError
+from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
+from fedcore.errors import Interrupted, UserError
 
 app = typer.Typer(
     name="fedcore",
@@ -48,11 +50,11 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as err:
         err_console.print(f"error: {printable(str(err))}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
-    except typer.Abort as err:
-        # click turns KeyboardInterrupt (Ctrl-C, or SIGTERM as fedcore.errors.Terminated) into Abort.
-        term = isinstance(err.__cause__, Terminated)
-        err_console.print("terminated (SIGTERM)" if term else "aborted")
-        sys.exit(143 if term else 130)
+    except Interrupted as err:  # a command that says what it kept (fedcore run)
+        err_console.print(printable(str(err)), markup=False, highlight=False, soft_wrap=True)
+        sys.exit(err.code)
+    except typer.Abort as err:  # click < 8.2 and older typer turn KeyboardInterrupt into Abort
+        _exit_interrupted(err.__cause__)
     except Exception as err:
         usage, exits = _click_error_types()
         if isinstance(err, usage):  # unknown command or option, missing argument, bad value
@@ -61,8 +63,18 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(err, exits):
             sys.exit(err.exit_code)
         raise
+    if code == EXIT_CODES[signal.SIGINT]:  # typer >= 0.13 turns KeyboardInterrupt into a silent Exit(130)
+        _exit_interrupted(None)
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _exit_interrupted(err: BaseException | None) -> None:
+    """One line and 130 (Ctrl-C) or 143 (SIGTERM, as fedcore.errors.Terminated) for a command
+    without its own message."""
+    sig = stop_signal(err)
+    err_console.print(stopped_line(sig), markup=False, highlight=False)
+    sys.exit(EXIT_CODES[sig])
 
 
 def printable(text: str) -> str:

@@ -7,29 +7,36 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import make_console
+from fedcore.cli.console import local_folder, make_console
 
 console = make_console()
 
 
 def compare(
-    runs: Annotated[list[Path] | None, typer.Argument(help="run directories written by `fedcore run`")] = None,
+    runs: Annotated[list[Path] | None, typer.Argument(help="run dirs written by `fedcore run`, or "
+                                                         "the run dir `fedcore pipeline run --local` printed")] = None,
     experiment: Annotated[str | None, typer.Option("--experiment", help="MLflow experiment to compare")] = None,
     by: Annotated[str, typer.Option(help="label rows by this record field (runs average only when their "
                                           "configs agree on all but the seed)")] = "method",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for --experiment's bar chart, "
+                                             "compare-<experiment>.png (default: runs/)")] = None,
 ) -> None:
     """Table of final metrics across runs (mean ± std over the seeds of one config)."""
     from fedcore.errors import UserError
     from fedcore.reporting.compare import budget_notes, comparison_table, load_run, merge_notes
+    from fedcore.reporting.rundirs import expand_run_dirs
 
+    out = local_folder(out)
     if experiment:
         from fedcore.reporting.compare_mlflow import compare_experiment
 
-        compare_experiment(experiment, console)
+        compare_experiment(experiment, console, out_dir=out or Path("runs"))
         return
+    if out is not None:
+        raise UserError("--out is where --experiment's bar chart goes; comparing run dirs only prints the table")
     if not runs:
         raise UserError("pass run directories (fedcore compare runs/a runs/b) or --experiment NAME")
-    records = [load_run(p) for p in runs]
+    records = [load_run(p) for p in expand_run_dirs(runs)]
     console.print(comparison_table(records, by=by))
     for note in [*merge_notes(records, by=by), *budget_notes(records, by=by)]:
         console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import ConfigArg, make_console, set_option
+from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
 
 app = typer.Typer(help="Prepare federated, noisy datasets.", no_args_is_help=True)
 console = make_console()
@@ -26,6 +26,7 @@ def data_prepare(
     from fedcore.data.report import print_scene
     from fedcore.registries import load_config
 
+    out = local_folder(out)
     cfg = load_config(config, set_)
     fed = build_federated_dataset(cfg)
     path = fed.save(out)

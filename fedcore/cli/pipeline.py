@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from fedcore.cli.console import ConfigArg, make_console, set_option
+from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
 from fedcore.errors import ConfigError, UserError
 
 app = typer.Typer(help="Compile, run locally, submit and schedule the Kubeflow pipelines.", no_args_is_help=True)
@@ -96,8 +96,9 @@ def load_pipeline_config(config: Path | None, overrides: list[str] | None, track
     """What the pipeline runs by default: the base config with the `--set` overrides applied
     (checked here, so a bad override fails before anything is compiled)."""
     from fedcore.pipeline.plan import apply
+    from fedcore.registries import check_data_root
 
-    return apply(base_config(config, tracking, local_root, task_env), overrides or [])
+    return check_data_root(apply(base_config(config, tracking, local_root, task_env), overrides or []))
 
 
 def local_store(root: Path, task_env: dict | None = None) -> dict[str, str]:
@@ -185,6 +186,7 @@ def run_cmd(name: NameArg,
                         "(`fedcore pipeline submit` sends it to a cluster)")
     from pipelines.docker import from_options
 
+    out = local_folder(out)
     docker = from_options(locals())
     task_env = None if docker is None else docker.env
     if package is not None:

@@ -7,14 +7,14 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import make_console
+from fedcore.cli.console import local_folder, make_console
 
 console = make_console()
 
 
 def report(
-    runs: Annotated[list[Path] | None, typer.Argument(help="run dirs written by `fedcore run` (seeds of a "
-                                                      "setting together)")] = None,
+    runs: Annotated[list[Path] | None, typer.Argument(help=(
+        "run dirs written by `fedcore run` or `fedcore pipeline run --local` (seeds of a setting together)"))] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="folder for report.md and its PNGs")] = Path("report"),
     experiment: Annotated[str | None, typer.Option("--experiment", help="read the finished runs of this MLflow "
                                                    "experiment instead of run dirs")] = None,
@@ -24,10 +24,14 @@ def report(
     """Write OUT/report.md: accuracy curves with seed bands, noise-rate estimates, detection, memorization."""
     from fedcore.errors import UserError
     from fedcore.reporting.report import mlflow_runs, write_report
+    from fedcore.reporting.rundirs import expand_run_dirs
 
+    out = local_folder(out)
     if experiment and runs:
         raise UserError("pass run dirs or --experiment, not both")
     if experiment:
         runs = mlflow_runs(experiment, tracking_uri, out / ".mlflow-runs")
+    else:
+        runs = expand_run_dirs(runs or [])
     path = write_report(runs or [], out)
     console.print(f"wrote {path} (figures beside it)", markup=False, highlight=False)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import ConfigArg, make_console, set_option
+from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
 
 console = make_console()
 
@@ -71,8 +71,9 @@ def run(
     from fedcore.reporting.compare import comparison_table, load_run
     from fedcore.run import run_experiment
 
+    out, resume = local_folder(out), local_folder(resume, "--resume")
     cfg = load_config(config, set_)
-    out = out or (resume if resume and resume.is_dir() else Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}")
+    out = out or resume_run_dir(resume) or Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out '{out}' is a file; pass a folder for the run")
     if nproc > 1:
@@ -83,20 +84,47 @@ def run(
     # Rank 0 (the only writer; a plain run is rank 0) locks before the folder is judged: a second
     # process is refused here, rather than told to --resume a run that is still being written.
     writer = int(os.environ.get("RANK", "0")) == 0
-    with run_dir_lock(out) if writer else contextlib.nullcontext():
-        check_run_dir(out, resume)
-        info = init_distributed(resolve_device(cfg.train.device))
-        main = info is None or info.is_main
-        try:
-            result = run_experiment(cfg, out, data=data, resume=resume, stages=stage, dist=info,
-                                    callbacks=run_callbacks(cfg, total_rounds(cfg), progress, main=main))
-        finally:
-            shutdown(info)
+    try:
+        with run_dir_lock(out) if writer else contextlib.nullcontext():
+            check_run_dir(out, resume)
+            info = init_distributed(resolve_device(cfg.train.device))
+            main = info is None or info.is_main
+            try:
+                result = run_experiment(cfg, out, data=data, resume=resume, stages=stage, dist=info,
+                                        callbacks=run_callbacks(cfg, total_rounds(cfg), progress, main=main))
+            finally:
+                shutdown(info)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM as fedcore.errors.Terminated
+        raise interrupted(err, out) from None
     if main:
         console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
         if katib_metrics:
             for line in katib_lines(result.summary):
                 print(line, flush=True)
+
+
+def interrupted(err: KeyboardInterrupt, out: Path):
+    """The one line and exit code of a run stopped by a signal: what it kept and how to go on.
+
+    No checkpoint is written on SIGTERM: the signal lands mid-round, where the per-client store
+    may already hold the round's updates while the server state does not, so only a round's end
+    is consistent; and deferring the stop to the next round's end can outlast Kubernetes' grace
+    period (30 s by default) on a long round, when SIGKILL would take the pod anyway. So the line
+    says what the periodic and stage-end checkpoints kept, and how to make a run resumable.
+    """
+    from fedcore.engine.checkpoint import saved_round
+    from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
+    from fedcore.errors import Interrupted
+
+    sig = stop_signal(err)
+    rnd = saved_round(out / "checkpoints")
+    if rnd is not None or any((out / "checkpoints").glob("*.pt")):
+        upto = f" up to round {rnd}" if rnd is not None else ""
+        tail = f"its checkpoints{upto} are kept: continue it with the same command plus --resume {out}"
+    else:
+        tail = ("nothing was saved (a run checkpoints at stage ends only, unless --set "
+                "train.checkpoint_every=N saves every N rounds, which makes a killed run resumable)")
+    return Interrupted(f"{stopped_line(sig)} before the run finished; {tail}", EXIT_CODES[sig])
 
 
 def katib_lines(summary: dict[str, float]) -> list[str]:
@@ -136,8 +164,9 @@ def launch_ranks(cfg, nproc: int, out: Path, resume: Path | None, args: list[str
     distributed.rank_device(device, nproc - 1, torch.cuda.device_count() if device.type == "cuda" else 0)
     if resume is not None:  # refuse a bad checkpoint here, in one line, rather than once per rank
         from fedcore.engine.checkpoint import load_checkpoint
+        from fedcore.reporting.config_diff import resume_mismatch
 
-        load_checkpoint(resume, cfg.resume_hash())
+        load_checkpoint(resume, cfg.resume_hash(), lambda recorded: resume_mismatch(recorded, cfg.resume_dict()))
     code = distributed.launch(nproc, "fedcore", ["run", *args])
     if code == 0:
         return
@@ -148,6 +177,17 @@ def launch_ranks(cfg, nproc: int, out: Path, resume: Path | None, args: list[str
         f"error: the {nproc}-process run failed (torchrun exit code {code}; the failing rank's error is above); "
         f"{hint}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
+
+
+def resume_run_dir(resume: Path | None) -> Path | None:
+    """The run dir a --resume continues by default: the folder itself, or the run dir holding a
+    checkpoint file (RUN/checkpoints/x.pt -> RUN). Resuming from a file used to train into a new
+    runs/<method>-<hash>, leaving the run it came from unfinished. None for a loose file."""
+    if resume is None:
+        return None
+    if resume.is_dir():
+        return resume.parent if resume.name == "checkpoints" and not (resume / "checkpoints").is_dir() else resume
+    return resume.parent.parent if resume.parent.name == "checkpoints" else None
 
 
 def check_run_dir(out: Path, resume: Path | None) -> None:

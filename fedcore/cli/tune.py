@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import ConfigArg, make_console, set_option
+from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -33,13 +33,23 @@ def tune(
     """Tune the train section's and the method's declared ranges on validation, never on test.
 
     Every trial is one fedcore run on the same dataset artifact and seed (tune on a seed your
-    tables do not report). Writes OUT/tune.json and OUT/best.yaml (`fedcore run OUT/best.yaml`)."""
+    tables do not report). Writes OUT/tune.json and OUT/best.yaml (`fedcore run OUT/best.yaml
+    --set seed=0`: best.yaml keeps the tuning seed)."""
     from fedcore.tuning.study import TuneRequest, run_tune
 
+    out = local_folder(out)
     req = TuneRequest(config=str(config), overrides=list(set_ or []), trials=trials, out=out, data=data,
                       objective=objective, only=param, prune=prune, progress=progress)
     result = run_tune(req, say=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
     params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result["best_params"].items())
     console.print(f"best {result['objective']} = {result['best_value']:.4f} (trial {result['best_trial']}; "
                   f"{result['n_trials']} trials, {result['n_pruned']} pruned): {params}", markup=False, highlight=False)
-    console.print(f"run it: fedcore run {out / 'best.yaml'}", markup=False, highlight=False)
+    tuned = result["seed"]
+    console.print(f"run it: fedcore run {out / 'best.yaml'} --set seed={reporting_seed(tuned)} (best.yaml keeps "
+                  f"the tuning seed {tuned}, whose scores the tune picked for: report seeds it never saw)",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+def reporting_seed(tuned: int) -> int:
+    """The seed the closing hint runs best.yaml on: 0, or 1 when the tune itself ran on 0."""
+    return 1 if tuned == 0 else 0

@@ -61,18 +61,30 @@ class RawDataset:
 Loader = Callable[[DataConfig], RawDataset]
 _REGISTRY: dict[str, Loader] = {}
 _PARAMS: dict[str, frozenset[str] | None] = {}
+_READS_ROOT: dict[str, bool | Callable[[DataConfig], bool]] = {}
 
 
-def register_dataset(name: str, params: Iterable[str] | None = None) -> Callable[[Loader], Loader]:
-    """Register a loader; `params` names the data.params keys it reads (None: it checks its own)."""
+def register_dataset(name: str, params: Iterable[str] | None = None,
+                     reads_root: bool | Callable[[DataConfig], bool] = True) -> Callable[[Loader], Loader]:
+    """Register a loader; `params` names the data.params keys it reads (None: it checks its own);
+    `reads_root` says whether it reads data.root (False for data bundled with a package), or
+    decides it from the config."""
     def deco(fn: Loader) -> Loader:
         if name in _REGISTRY:
             raise ValueError(f"dataset '{name}' registered twice")
         _REGISTRY[name] = fn
         _PARAMS[name] = None if params is None else frozenset(params)
+        _READS_ROOT[name] = reads_root
         return fn
 
     return deco
+
+
+def reads_root(cfg: DataConfig) -> bool:
+    """Whether the dataset `cfg` names reads data.root (True for a name nothing is registered for)."""
+    _import_loaders()
+    rule = _READS_ROOT.get(cfg.name, True)
+    return rule(cfg) if callable(rule) else rule
 
 
 def dataset_params(name: str) -> frozenset[str] | None:
@@ -148,7 +160,7 @@ def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
-@register_dataset("digits", params=("split_seed",))
+@register_dataset("digits", params=("split_seed",), reads_root=False)
 def load_digits_dataset(cfg: DataConfig) -> RawDataset:
     """scikit-learn's bundled 8x8 digits (1797 images); the default for quick runs and tests."""
     from sklearn.datasets import load_digits

@@ -156,7 +156,7 @@ def phi_from_moments(p: np.ndarray, joint: np.ndarray) -> np.ndarray:
     return (joint - np.outer(p, p)) / np.outer(sd, sd)
 
 
-@register_dataset("digits_mosaic", params=DEFAULTS)
+@register_dataset("digits_mosaic", params=DEFAULTS, reads_root=False)
 def load_digits_mosaic(cfg: DataConfig) -> RawDataset:
     """Multi-label 16x16 digit mosaics, one co-occurrence pattern per group (see module doc)."""
     from sklearn.datasets import load_digits

@@ -30,6 +30,7 @@ true_ never reach a method). data.params.seed fixes the draws (the experiment se
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,7 +186,13 @@ def _phi(p: np.ndarray, joint: np.ndarray) -> np.ndarray:
     return np.divide(joint - np.outer(p, p), den, out=np.zeros_like(joint), where=den > 1e-12)
 
 
-@register_dataset("scenes_mosaic")
+def file_tiles(defaults: dict) -> Callable[[DataConfig], bool]:
+    """Whether a mosaic dataset with these param defaults reads data.root: Fashion-MNIST tiles
+    come from its files, digit tiles from scikit-learn (see `tile_pools`)."""
+    return lambda cfg: {**defaults, **cfg.params}["tiles"] != "digits"
+
+
+@register_dataset("scenes_mosaic", reads_root=file_tiles(DEFAULTS))
 def load_scenes_mosaic(cfg: DataConfig) -> RawDataset:
     """Multi-label mosaics of shared scene blocks, mixed per client by Dir(alpha) (see module doc)."""
     from fedcore.data.vision import channel_stats

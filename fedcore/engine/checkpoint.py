@@ -18,12 +18,15 @@ Python containers and numpy arrays only, so a crafted file cannot run code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
 import json
+import logging
 import pickle
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ from fedcore.io import atomic_write_bytes
 FORMAT = 2
 MAGIC = b"FEDCORE-CHECKPOINT\n"
 LEGACY_FORMAT = 1  # torch.save file + `<name>.sha256` sidecar; still read
+log = logging.getLogger(__name__)
 
 # What weights_only may rebuild beyond tensors and plain containers: numpy arrays and scalars,
 # which method state holds (per-sample scores, per-client noise matrices). Rebuilding an array
@@ -50,9 +54,11 @@ SAFE_GLOBALS: list[Any] = [np.ndarray((0,)).__reduce__()[0], np.float64(0).__red
 
 
 class Checkpointer:
-    def __init__(self, directory: Path, config_hash: str, callbacks: list[Any] | None = None) -> None:
+    def __init__(self, directory: Path, config_hash: str, callbacks: list[Any] | None = None,
+                 config: dict[str, Any] | None = None) -> None:
         self.dir = Path(directory)
         self.config_hash = config_hash
+        self.config = config  # what config_hash digests: a mismatch on resume is then named by key
         self.callbacks = callbacks or []
         self.clients: ClientStateStore | None = None
         self._swept = False
@@ -61,6 +67,7 @@ class Checkpointer:
         payload = {
             "format": FORMAT,
             "config_hash": self.config_hash,
+            "config": self.config,
             "state": {"params": state.params, "rnd": state.rnd, "stage": state.stage,
                       "stage_round": state.stage_round, "extra": dict(state.extra)},
             "loop": {"stage_index": loop.stage_index, "history": loop.history, "stopped": loop.stopped,
@@ -146,6 +153,18 @@ def find_checkpoint(path: Path) -> Path:
     raise ArtifactError(f"no checkpoint at '{path}'; pass a run dir written by `fedcore run` or a .pt checkpoint")
 
 
+def saved_round(folder: Path) -> int | None:
+    """The furthest round a checkpoint in `folder` claims in its header (unverified: for a message
+    only), or None when it holds none that says."""
+    rounds = []
+    for path in Path(folder).glob("*.pt"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError), open(path, "rb") as f:
+            if f.read(len(MAGIC)) == MAGIC:
+                f.readline()  # the digest
+                rounds.append(int(json.loads(f.readline())["rnd"]))
+    return max(rounds, default=None)
+
+
 def _verified(path: Path) -> tuple[tuple[int, int] | None, bytes]:
     """(progress from the header, payload bytes) of a checkpoint whose digest checks out.
 
@@ -181,8 +200,8 @@ def _progress(payload: dict[str, Any]) -> tuple[int, int]:
 def _furthest(folder: Path) -> tuple[Path, dict[str, Any]]:
     """The verified checkpoint in `folder` that got furthest; latest.pt wins ties.
 
-    A damaged latest.pt is reported, not skipped (atomic writes mean no kill can cause one),
-    with the intact checkpoint to resume from instead; a damaged older one is skipped.
+    Damaged files are skipped. A damaged latest.pt also gets a warning line naming it: atomic
+    writes mean no kill causes one (a disk or a hand did), and the run goes back to an earlier round.
     """
     latest = folder / "latest.pt"
     paths = ([latest] if latest.is_file() else []) + [p for p in sorted(folder.glob("*.pt")) if p != latest]
@@ -199,20 +218,23 @@ def _furthest(folder: Path) -> tuple[Path, dict[str, Any]]:
             payload = _load(path, data)
             progress = _progress(payload)
         intact.append(((progress[0], progress[1], -order), path, payload, data))
-    if latest in errors:
-        hint = f"; resume from another one with --resume {max(intact, key=lambda t: t[0])[1]}" if intact else ""
-        raise ArtifactError(f"{str(errors[latest]).split('; ')[0]}{hint}")
     if not intact:
         raise next(iter(errors.values()))
-    _, path, payload, data = max(intact, key=lambda t: t[0])
+    (rnd, _, _), path, payload, data = max(intact, key=lambda t: t[0])
+    if latest in errors:
+        log.warning("warning: %s; resuming from '%s' (round %d), the verified checkpoint that got furthest",
+                    str(errors[latest]).split("; ")[0], path, rnd)
     return path, payload if payload is not None else _load(path, data)
 
 
-def load_checkpoint(path: Path, config_hash: str | None = None) -> dict[str, Any]:
+def load_checkpoint(path: Path, config_hash: str | None = None,
+                    explain: Callable[[dict[str, Any] | None], str] | None = None) -> dict[str, Any]:
     """Read and verify a checkpoint; refuse a corrupt one or one from another config.
 
     `path` may be a checkpoint file or a run dir (or its checkpoints/ folder); for a folder
-    the verified checkpoint that got furthest is taken (see the module docstring).
+    the verified checkpoint that got furthest is taken (see the module docstring). `explain`
+    turns the config the checkpoint recorded (None in older ones) into what differs from the
+    caller's, for the refusal; the engine knows hashes only.
     """
     path = find_checkpoint(path)
     if path.is_dir():
@@ -220,10 +242,11 @@ def load_checkpoint(path: Path, config_hash: str | None = None) -> dict[str, Any
     else:
         payload = _load(path, _verified(path)[1])
     if config_hash is not None and payload["config_hash"] != config_hash:
-        raise ArtifactError(
-            f"checkpoint '{path}' was written by config {payload['config_hash']}, not {config_hash}; "
-            "resume with the same config (only train.rounds may grow)"
-        )
+        stored = payload.get("config")
+        why = explain(stored if isinstance(stored, dict) else None) if explain else \
+            f"config {payload['config_hash']}, not {config_hash}"
+        raise ArtifactError(f"checkpoint '{path}' was written by another config ({why}); resume with the same "
+                            "config (only the round budget may grow)")
     return payload
 
 

@@ -179,8 +179,8 @@ def run_on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], res: PipelineRe
                     **wait: Any) -> str:
     """Run the stage `spec` (ranks.py's fields, with local data_dir/resume) as a TrainJob of
     `res.workers` nodes and download its run dir into `out_dir`; returns the job's name."""
+    from fedcore.engine.interrupt import terminate_as_interrupt
     from fedcore.io import download_dir, write_bytes
-    from fedcore.run import terminate_as_interrupt
 
     if api is None:
         api, namespace = in_cluster_api()

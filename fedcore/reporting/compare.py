@@ -62,7 +62,8 @@ def group_key(config: dict[str, str]) -> str:
 def load_run(path: Path) -> dict[str, Any]:
     f = Path(path) / "metrics.json"
     if not f.is_file():
-        raise ArtifactError(f"'{path}' has no metrics.json; pass run dirs written by `fedcore run`")
+        raise ArtifactError(f"'{path}' has no metrics.json; pass run dirs written by `fedcore run` "
+                            "or `fedcore pipeline run --local`")
     try:
         rec = json.loads(f.read_text())
         summary = rec["summary"]

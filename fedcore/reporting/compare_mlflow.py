@@ -41,11 +41,11 @@ def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]
     """One record per finished child run: method, setting, seed, run id and its final metrics."""
     import mlflow
 
-    from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, resolve_uri
+    from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, quiet_store_setup, resolve_uri
     from fedcore.tracking.transport import temp_env
 
     tracking_uri, _ = resolve_uri(uri, Path.cwd())
-    with temp_env(CONNECT_ENV):
+    with temp_env(CONNECT_ENV), quiet_store_setup():
         try:
             client = mlflow.MlflowClient(tracking_uri=tracking_uri)
             exp = client.get_experiment_by_name(experiment)
@@ -84,7 +84,7 @@ def _record(row: Any) -> dict[str, Any] | None:
 
 def compare_experiment(experiment: str, console: Console, uri: str | None = None,
                        out_dir: str | Path = "runs") -> Path:
-    """Print the table of `experiment` and write its bar chart; returns the PNG path."""
+    """Print the table of `experiment` and write its bar chart into `out_dir`; returns the PNG path."""
     from fedcore.reporting.compare import budget_notes, comparison_table, group_records, mean_std, merge_notes
     from fedcore.reporting.plots import compare_figure, save
 
@@ -99,5 +99,5 @@ def compare_experiment(experiment: str, console: Console, uri: str | None = None
     stats = {g: mean_std([r["summary"].get(metric) for r in recs]) for g, recs in groups.items()}
     png = save(compare_figure(list(stats), [m for m, _ in stats.values()], [s for _, s in stats.values()],
                               metric), Path(out_dir) / f"compare-{_slug(experiment)}.png")
-    console.print(f"plot: {png}")
+    console.print(f"bar chart: {png.resolve()}", markup=False, highlight=False, soft_wrap=True)
     return png

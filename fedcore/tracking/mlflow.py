@@ -74,7 +74,7 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_store_setup() -> Iterator[None]:
+def quiet_store_setup() -> Iterator[None]:
     """Silence MLflow's INFO lines about creating and migrating a new sqlite store's tables:
     they land on stderr, where fedcore keeps only what the user must act on."""
     loggers = [logging.getLogger(n) for n in ("mlflow.store.db.utils", "alembic.runtime.migration")]
@@ -128,7 +128,7 @@ class MlflowTracker(RecordsMixin, RunStack):
         self.artifact_root = artifact_location or default_artifacts
         super().__init__()
         self._params: dict[str, dict[str, str]] = {}
-        with temp_env(CONNECT_ENV), _quiet_store_setup():
+        with temp_env(CONNECT_ENV), quiet_store_setup():
             try:
                 from mlflow import MlflowClient
 

@@ -6,7 +6,8 @@ A tune is a run dir of run dirs:
     OUT/data/           the FederatedDataset every trial trains on (unless --data names one)
     OUT/trials/NNNN/    one fedcore run dir per trial
     OUT/tune.json       best_params, best_value, objective, n_trials, n_pruned, ...
-    OUT/best.yaml       the config with the best params applied: `fedcore run OUT/best.yaml`
+    OUT/best.yaml       the config with the best params applied, on the tuning seed: report it on
+                        others (`fedcore run OUT/best.yaml --set seed=0`)
     OUT/*.png           Optuna's optimization-history and param-importance figures
 
 The objective is a validation score (`final/val_acc_last10` by default: the mean of the last
@@ -87,17 +88,33 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
         sampler=optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=4), pruner=pruner,
         load_if_exists=True)
     identity = {"config_hash": cfg.config_hash(), "space": [d.path for d in dims], "objective": objective}
+    # What config_hash digests, so that a mismatch names the keys (stored beside the identity:
+    # tune dirs from before it keep comparing equal).
+    config = {k: v for k, v in cfg.hashed_dict().items() if k != "tracking"}
     stored = study.user_attrs.get("identity")
     if stored is None:
         study.set_user_attr("identity", identity)
+        study.set_user_attr("config", config)
     elif stored != identity:
-        raise ConfigError(f"'{out}' holds a tune of another config, space or objective ({stored['config_hash']}, "
-                          f"{stored['space']}); continue it with the same arguments, or choose another --out")
+        raise ConfigError(f"'{out}' holds a tune of another config, space or objective "
+                          f"({_identity_diff(stored, study.user_attrs.get('config'), identity, config)}); "
+                          "continue it with the same arguments, or choose another --out")
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         # Only this process may hold the tune dir (run-dir lock), so a RUNNING trial is one a
         # killed tune left behind: it does not count, and its run dir stays as it was.
         study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     return study
+
+
+def _identity_diff(stored: dict, stored_config: dict | None, identity: dict, config: dict) -> str:
+    """'train.rounds: 3 (tune) vs 4; --param: [...] (tune) vs [...]': what differs, by key."""
+    from fedcore.reporting.config_diff import describe_diff
+
+    if stored_config is None:  # a tune dir from before configs were stored: only whether they differ is known
+        same = stored["config_hash"] == identity["config_hash"]
+        stored_config, config = ({}, {}) if same else ({"config": "another, not recorded"}, {"config": "this one"})
+    return describe_diff({**stored_config, "--param": stored["space"], "--objective": stored["objective"]},
+                         {**config, "--param": identity["space"], "--objective": identity["objective"]}, "tune")
 
 
 def counted(study) -> tuple[int, int]:

@@ -78,3 +78,31 @@ def test_compare_run_dirs_groups_by_config_not_by_method_name(tmp_path, capsys):
 
     out = capsys.readouterr().out
     assert "fedavg [train.rounds=30]" in out and "fedavg [train.rounds=10]" in out and "0.650 ± 0.050" in out
+
+
+def test_compare_experiment_writes_its_plot_under_out_and_says_where(tmp_path, monkeypatch, capsys):
+    # Issue 53, defect 8: the PNG went to ./runs with no way to choose.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    _child(MlflowTracker(None, "cmp", str(tmp_path / "artifacts")), "fedavg", "noisy", 0, 0.80)
+
+    main(["compare", "--experiment", "cmp", "--out", "figs"])
+
+    png = (tmp_path / "figs" / "compare-cmp.png").resolve()
+    assert png.read_bytes()[:4] == b"\x89PNG" and not (tmp_path / "runs").exists()
+    assert f"bar chart: {png}" in capsys.readouterr().out.replace("\n", "")
+
+
+def test_compare_on_a_new_store_prints_only_its_error(tmp_path, monkeypatch, capfd):
+    # Issue 53, defect 8: MLflow's INFO lines about creating the store's tables leaked onto stderr.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'new.db'}")
+    with pytest.raises(SystemExit):
+        main(["compare", "--experiment", "nope"])
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no MLflow experiment 'nope'"), err
+
+
+def test_out_without_experiment_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(tmp_path), "--out", str(tmp_path / "figs")])
+    assert exc.value.code == 2 and "--out is where --experiment" in capsys.readouterr().err
