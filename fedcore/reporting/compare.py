@@ -203,20 +203,26 @@ def comparison_rows(records: list[dict[str, Any]], by: str = "method") -> tuple[
     return header, rows
 
 
-def beats_fedavg(group: list[dict[str, Any]], records: list[dict[str, Any]]) -> str:
-    """'yes +d' / 'no -d': d = the group's mean last-10 minus the mean best round of FedAvg on the
-    same setting; '-' for FedAvg itself or when no FedAvg run of that setting is in the records."""
+def fedavg_margin(group: list[dict[str, Any]], records: list[dict[str, Any]]) -> float | None:
+    """The group's mean last-10 minus the mean best round of FedAvg on the same setting; None for
+    FedAvg itself or when no FedAvg run of that setting is in the records."""
     settings = {r.get("setting") for r in group}
     if len(settings) != 1 or any(r.get("method") in (None, "fedavg") for r in group):
-        return "-"
+        return None
     setting = settings.pop()
     ref = [r for r in records if r.get("method") == "fedavg" and r.get("setting") == setting]
     short = "acc" if any("final/acc_last10" in r["summary"] for r in group) else "mAP"
     mine, _ = mean_std([r["summary"].get(f"final/{short}_last10") for r in group])
     best, _ = mean_std([r["summary"].get(f"final/{short}_best") for r in ref])
     if not ref or np.isnan(mine) or np.isnan(best):
-        return "-"
-    return f"{'yes' if mine > best else 'no'} {mine - best:+.3f}"
+        return None
+    return mine - best
+
+
+def beats_fedavg(group: list[dict[str, Any]], records: list[dict[str, Any]]) -> str:
+    """'yes +d' / 'no -d': d = `fedavg_margin`; '-' where it has none."""
+    d = fedavg_margin(group, records)
+    return "-" if d is None else f"{'yes' if d > 0 else 'no'} {d:+.3f}"
 
 
 def comparison_table(records: list[dict[str, Any]], by: str = "method", title: str = "comparison") -> Table:

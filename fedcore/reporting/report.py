@@ -10,7 +10,8 @@ apart; seeds of one setting together). The page holds:
 - detection.png: client-identification and sample-detection P/R/F1 per round, where logged;
 - memorization.png: the global and local memorization of noisy labels per round (the premise);
 - a table: mean ± std of last-10, best round and acc_at_val_best, and whether each group's last-10
-  beats FedAvg's best round on every seed (FedAvg of the same data setting and seed).
+  beats FedAvg's best round on every seed (FedAvg of the same data setting and seed);
+- a table of the detection and relabeling metrics at the last round, for the groups that log them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from fedcore.errors import ArtifactError, UserError
 from fedcore.reporting.compare import budget_notes, budget_of, group_key, group_records, load_run, mean_std
+from fedcore.reporting.detection_table import detection_lines
 
 SETTING_PREFIXES = ("data.", "partition.", "noise.")
 DETECTION = ("detect/client_precision", "detect/client_recall", "detect/client_f1",
@@ -242,6 +244,7 @@ def page(groups: dict[str, list[dict[str, Any]]], records: list[dict[str, Any]],
                  "held-out validation split picks (runs with `data.validation`); the best round is picked on the "
                  "test set, an oracle no user has.")
     lines += [f"\n**{note}**" for note in budget_notes(records)]
+    lines += detection_lines(groups)
     for name, caption in figures:
         lines += ["", f"## {caption}", "", f"![{caption}]({name})"]
     return "\n".join(lines) + "\n"
