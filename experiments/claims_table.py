@@ -1,4 +1,4 @@
-"""Build the claims table of docs/results/README.md and of the repo README from the method pages.
+"""Build the claims table of docs/results/README.md, and the README's count of it, from the method pages.
 
 Usage: .venv/bin/python experiments/claims_table.py [--check] [--root DIR]
 
@@ -17,7 +17,8 @@ table, so the numbers live in one place, beside the table they come from:
 
 Every number in `paper` and `ours` must also appear in the page outside the comment, so a row
 cannot drift from the table it summarises (exit 2, one line, if one does not). Without --check
-the script writes docs/results/README.md and the part of README.md between the marker comments;
+the script writes docs/results/README.md and, between the marker comments of README.md, how many
+claims hold per seed paper with a link to the table;
 with --check it writes nothing and exits 1, naming the stale files, when either differs from
 what the pages give.
 """
@@ -113,8 +114,16 @@ def results_readme(claims: list[dict]) -> str:
 
 
 def readme_section(claims: list[dict]) -> str:
-    """What goes between the markers of the repo README."""
-    return "\n".join([START, GENERATED, "", render_table(claims, "docs/results/"), "", END])
+    """What goes between the markers of the repo README: how many claims hold, per seed paper, and
+    a link to the table (the README stays short; the table's rows are long)."""
+    seeds = list(dict.fromkeys(c["seed"] for c in claims))
+    per_seed = ", ".join(f"{s} {sum(c['verdict'] == 'yes' for c in claims if c['seed'] == s)} of "
+                         f"{sum(c['seed'] == s for c in claims)}" for s in seeds)
+    held = sum(c["verdict"] == "yes" for c in claims)
+    text = (f"**{held} of the {len(claims)} claims** of the {len(seeds)} seed papers hold on our scenes "
+            f"({per_seed}); [docs/results/README.md](docs/results/README.md) has the claims table: each "
+            "claim with the paper's number, ours over 3 seeds, the scene and the method page.")
+    return "\n".join([START, GENERATED, text, END])
 
 
 def build(root: Path) -> dict[Path, str]:

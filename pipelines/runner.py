@@ -21,9 +21,9 @@ import yaml
 
 from fedcore.errors import ArtifactError, UserError
 from fedcore.io import publish
+from pipelines.progress import Echo, TaskPlan, task_plan
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_TASK_DONE = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
 # The one-line message of a fedcore error raised inside a task, as its traceback ends in the log.
 _TASK_ERROR = re.compile(r"^\s*fedcore\.errors\.\w+: (.+)$", re.M)
 
@@ -66,34 +66,6 @@ def load_specs(path: str | Path) -> tuple[Any, Any]:
 # -- local ----------------------------------------------------------------------------------------
 
 
-class _Echo(io.TextIOBase):
-    """Everything kfp.local prints goes to the log file; one line per finished task goes to `console`."""
-
-    def __init__(self, log: io.TextIOBase, console: Any, names: dict[str, str]) -> None:
-        self.log, self.console, self.names, self.buf = log, console, names, ""
-
-    def write(self, text: str) -> int:
-        self.log.write(text)
-        self.buf += text
-        *lines, self.buf = self.buf.split("\n")
-        for line in lines:
-            m = _TASK_DONE.search(_ANSI.sub("", line))
-            if m and self.console is not None:
-                self.console.write(f"  {self.names.get(m.group(1), m.group(1))}: {m.group(2).lower()}\n")
-                self.console.flush()
-        return len(text)
-
-    def flush(self) -> None:
-        self.log.flush()
-
-
-def display_names(pipeline: Any) -> dict[str, str]:
-    """Task id -> display name, over the pipeline and its loop bodies (kfp.local logs task ids)."""
-    spec = pipeline.pipeline_spec
-    dags = [spec.root.dag, *(c.dag for c in spec.components.values() if c.HasField("dag"))]
-    return {tid: t.task_info.name for dag in dags for tid, t in dag.tasks.items()}
-
-
 @contextlib.contextmanager
 def _one_thread_per_task() -> Iterator[None]:
     """Tasks (and loop iterations, which run in parallel) inherit OMP_NUM_THREADS=1 unless set.
@@ -130,14 +102,14 @@ def _root_logger_kept() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _quiet(log_path: Path, names: dict[str, str], echo: bool) -> Iterator[None]:
+def _quiet(log_path: Path, plan: TaskPlan, echo: bool) -> Iterator[None]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as log, warnings.catch_warnings():
         # Resources, accelerators and kfp-kubernetes settings only matter on a cluster.
         warnings.filterwarnings("ignore", message=".*no effect in the current local runner.*")
         # The project image is the one this environment was installed from; kfp cannot know that.
         warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
-        sink = _Echo(log, sys.stdout if echo else None, names)
+        sink = Echo(log, sys.stdout if echo else None, plan)
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             yield
 
@@ -165,8 +137,9 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, docker: Any = 
     each task in the project image; `arguments` are its run-time inputs.
 
     Artifacts land under `<root>/kfp`, the full task log in `<root>/kfp-local.log`; with
-    `echo`, one line per finished task is printed. Subprocess tasks start from a fork server that
-    has imported their libraries once (`pipelines.forkserver`; FEDCORE_FORKSERVER=0 turns it off).
+    `echo`, one numbered line per finished task is printed (`pipelines.progress`). Subprocess
+    tasks start from a fork server that has imported their libraries once (`pipelines.forkserver`;
+    FEDCORE_FORKSERVER=0 turns it off).
     """
     from kfp import local
 
@@ -189,7 +162,7 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, docker: Any = 
     try:
         # The fork server starts inside _one_thread_per_task: its torch reads OMP_NUM_THREADS on import.
         serving = forkserver.serving() if docker is None else contextlib.nullcontext()
-        with _one_thread_per_task(), serving, _root_logger_kept(), _quiet(log, display_names(pipeline), echo):
+        with _one_thread_per_task(), serving, _root_logger_kept(), _quiet(log, task_plan(pipeline, arguments), echo):
             task = pipeline(**arguments)
         # The embedded MLflow store of docker tasks sits in the pipeline root too (pipelines.docker).
         new = sorted(p for p in set((root / "kfp").glob("*")) - before if p.name != "mlruns")

@@ -28,18 +28,24 @@ def test_the_committed_tables_match_the_pages():
     assert ct.main(["--check", "--root", str(ROOT)]) == 0, "run .venv/bin/python experiments/claims_table.py"
 
 
-def test_every_page_has_rows_and_the_readme_carries_them_all():
+def test_every_page_has_rows_the_results_page_carries_them_all_and_the_readme_counts_them():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     results = (ROOT / "docs" / "results" / "README.md").read_text(encoding="utf-8")
+    claims = []
     for name in ct.PAGES:
         rows = ct.page_claims(name, (ROOT / "docs" / "results" / f"{name}.md").read_text(encoding="utf-8"))
         assert rows
         for row in rows:
-            assert row["ours"].replace("|", "\\|") in readme and row["ours"].replace("|", "\\|") in results
-            assert f"(docs/results/{name}.md#{row['anchor']})" in readme
+            assert row["ours"].replace("|", "\\|") in results
+            assert f"({name}.md#{row['anchor']})" in results
+        held = sum(r["verdict"] == "yes" for r in rows)
+        assert f"{rows[0]['seed']} {held} of {len(rows)}" in readme
+        claims += rows
+    held = sum(r["verdict"] == "yes" for r in claims)
+    assert f"**{held} of the {len(claims)} claims**" in readme and "(docs/results/README.md)" in readme
 
 
-def test_a_changed_number_makes_both_tables_stale_and_a_rebuild_fixes_them(tmp_path, capsys):
+def test_a_changed_number_makes_the_table_stale_a_flipped_verdict_the_readme_too(tmp_path, capsys):
     root = _copy_repo(tmp_path)
     assert ct.main(["--check", "--root", str(root)]) == 0
     page = root / "docs" / "results" / "fedsir.md"
@@ -49,11 +55,17 @@ def test_a_changed_number_makes_both_tables_stale_and_a_rebuild_fixes_them(tmp_p
 
     assert ct.main(["--check", "--root", str(root)]) == 1
     err = capsys.readouterr().err
-    assert "stale: docs/results/README.md" in err and "stale: README.md" in err
+    assert "stale: docs/results/README.md" in err and "stale: README.md" not in err  # the count is the same
 
     assert ct.main(["--root", str(root)]) == 0
     assert ct.main(["--check", "--root", str(root)]) == 0
-    assert "79.9 ± 0.8 vs FedNoRo 78.0 ± 0.5" in (root / "README.md").read_text(encoding="utf-8")
+    assert "79.9 ± 0.8 vs FedNoRo 78.0 ± 0.5" in (root / "docs" / "results" / "README.md").read_text(encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
+    page.write_text(text.replace("verdict: yes", "verdict: no", 1), encoding="utf-8")
+    assert ct.main(["--check", "--root", str(root)]) == 1
+    assert "stale: README.md" in capsys.readouterr().err
+    assert ct.main(["--root", str(root)]) == 0
+    assert "FedSIR 2 of 3" in (root / "README.md").read_text(encoding="utf-8")
 
 
 def test_a_row_number_missing_from_its_page_is_refused(tmp_path, capsys):

@@ -142,6 +142,38 @@ def test_method_params_are_listed_with_types_defaults_and_meaning():
     assert [r[0] for r in describe_params("fedavg")] == []
 
 
+def _choices(annotation) -> list[str]:
+    """The values of a Literal, also inside `Literal[...] | None`."""
+    from typing import Literal, get_args, get_origin
+
+    if get_origin(annotation) is Literal:
+        return [str(v) for v in get_args(annotation)]
+    return [v for a in get_args(annotation) for v in _choices(a)]
+
+
+def test_every_param_of_every_method_has_a_meaning_and_a_choice_lists_its_values():
+    from fedcore.methods.registry import available_methods, describe_params, get_method
+
+    for method in available_methods():
+        rows = {r[0]: r for r in describe_params(method)}
+        for key, field in get_method(method).params.model_fields.items():
+            _, kind, _, meaning = rows[key]
+            assert meaning.strip(), f"{method}: method.params.{key} has no meaning"
+            if choices := _choices(field.annotation):
+                assert "one of: " + ", ".join(choices) in kind, (method, key, kind)
+            assert "Literal" not in kind, (method, key, kind)
+
+
+def test_config_methods_prints_choices_and_meanings_as_written(capsys):
+    from fedcore.cli import main
+
+    main(["config", "methods", "fedrg"])
+    out = capsys.readouterr().out
+    assert "one of: paper, code, posterior" in out and "Literal" not in out
+    assert "<gamma, B[y]>" in out  # a meaning, not rich markup to swallow
+    assert "starting weight of the mixture's" in out  # pi0, once without a meaning
+
+
 def test_config_methods_cli_lists_methods_and_rejects_unknown_ones(capsys):
     from fedcore.cli import main
     from fedcore.methods.registry import available_methods

@@ -21,17 +21,18 @@ def config_methods(
 ) -> None:
     """List the methods, or one method's params (types, defaults, meaning) and search space."""
     from rich.table import Table
+    from rich.text import Text
 
     from fedcore.methods.registry import available_methods, describe_params, summary_line
 
     if name is None:
         table = Table("method.name", "what it is")
         for m in available_methods():
-            table.add_row(m, summary_line(m))
+            table.add_row(m, Text(summary_line(m)))
     else:
-        table = Table("method.params.", "type", "default", "meaning", title=f"{name}: {summary_line(name)}")
+        table = Table("method.params.", "type", "default", "meaning", title=Text(f"{name}: {summary_line(name)}"))
         for row in describe_params(name):
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))  # text, not markup: "B[y]", "[v1: weak]" are meanings
     console.print(table)
     if name is not None:
         console.print(space_table(name))

@@ -227,13 +227,12 @@ def run_package(package: Path, args: dict[str, Any], out: Path) -> tuple[Any, An
 
 def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console = console) -> None:
     """The pipeline's records as the comparison table, then where its artifacts and MLflow runs are."""
-    from fedcore.reporting.compare import comparison_table, merge_notes
+    from fedcore.reporting.compare import merge_notes
+    from fedcore.reporting.terminal import terminal_table
 
     records = getattr(result, "records", None)
     if records:
-        table = comparison_table(records, by="group", title=f"{name} pipeline (mean ± std over seeds)")
-        table.columns[0].header = "method · setting"
-        console.print(table)
+        console.print(terminal_table(records, by="group", title=f"{name} pipeline"))
         for note in merge_notes(records, by="group"):
             console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)
     # soft_wrap: paths and the command stay on one line, ready to copy.

@@ -67,10 +67,13 @@ def run_quickstart(out: Path, console: Console, rounds: int | None = None,
     from pipelines.runner import run_local
 
     cfg, pipeline = quickstart_pipeline(out, rounds, methods, tuned)
-    setting = f"each at its tuned setting (configs/{TUNED_SWEEP})" if tuned else "at the shared default setting"
-    console.print(f"quickstart: local sweep pipeline, {cfg.data.name}, methods {', '.join(methods)} on noisy "
-                  f"labels, {', '.join(CLEAN_METHODS)} on clean ones, {setting} (task logs: {out / 'kfp-local.log'})",
-                  soft_wrap=True, markup=False, highlight=False)
+    setting = (f"each method at its tuned setting\n  tuned values: configs/{TUNED_SWEEP} (--untuned: the config's)"
+               if tuned else "every method at the config's shared setting")
+    # Short lines: the header fits a 100-column terminal like the table below it.
+    for line in (f"quickstart: the local sweep pipeline on {cfg.data.name}, {setting}",
+                 f"  noisy labels: {' '.join(methods)}", f"  clean labels: {' '.join(CLEAN_METHODS)}",
+                 f"  task logs: {out / 'kfp-local.log'}"):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     result = run_local(pipeline, out)
     print_result("sweep", result, cfg, out, console)
     report = write_run_report(getattr(result, "run_dir", None), out / "report")

@@ -77,8 +77,10 @@ PRETRAIN_SHARE = 150 / 350  # the paper's pretrain : train round ratio
 
 class FedRGParams(MethodParams):
     ssl_pretrain: bool = Field(True, description="run the federated SimCLR stage first")
-    absorption: Literal["on", "off", "global"] = Field("on", description="personal T | none (T = I) | averaged T")
-    loss: Literal["sce", "ce"] = Field("sce", description="loss on all samples")
+    absorption: Literal["on", "off", "global"] = Field(
+        "on", description="the noise absorption matrix T: on = personal T per client, off = none (T = I), "
+        "global = T averaged like any weight")
+    loss: Literal["sce", "ce"] = Field("sce", description="the lambda_s loss: symmetric CE or plain CE")
     score: Literal["paper", "code", "posterior"] = Field(
         "paper", description="clean score: paper <gamma, B[y]> | code (public code's ratio) | posterior "
         "<gamma, P(y | component)>, robust where noise is the majority of a (client, label) group")
@@ -91,21 +93,24 @@ class FedRGParams(MethodParams):
     proj_dim: int = Field(128, ge=1, description="projector output size")
     components: int | None = Field(None, ge=1, description="vMF components G; default: number of classes")
     normalizer: bool = Field(True, description="include log C_d(kappa) in the responsibilities")
-    lambda_s: float = Field(0.4, ge=0.0, json_schema_extra=tune_range(0.1, 1.0))
-    lambda_n: float = Field(1.0, ge=0.0, json_schema_extra=tune_range(0.25, 2.0, log=True))
-    sce_alpha: float = Field(0.1, ge=0.0)
-    sce_beta: float = Field(1.0, ge=0.0)
+    lambda_s: float = Field(0.4, ge=0.0, description="weight of the SCE term (sce_on: on which samples)",
+                            json_schema_extra=tune_range(0.1, 1.0))
+    lambda_n: float = Field(1.0, ge=0.0, description="weight of the NLL through T on the flagged (noisy) samples",
+                            json_schema_extra=tune_range(0.25, 2.0, log=True))
+    sce_alpha: float = Field(0.1, ge=0.0, description="SCE's weight alpha on cross-entropy")
+    sce_beta: float = Field(1.0, ge=0.0, description="SCE's weight beta on reverse cross-entropy")
     eta: float = Field(0.5, gt=0.0, description="Dirichlet smoothing of B")
     b_fallback: bool = Field(False, description="a label with no clean sample feeds B from all its samples")
     b_momentum: float = Field(0.1, gt=0.0, le=1.0, description="weight of the new B in its EMA")
     median_momentum: float = Field(0.9, ge=0.0, lt=1.0, description="EMA of the median view concentration")
     em_iters: int = Field(3, ge=1, description="EM steps per round")
     mix_momentum: float = Field(1.0, gt=0.0, le=1.0, description="1 = M-step replaces; < 1 = EMA")
-    kappa0: float = Field(5.0, gt=0.0)
+    kappa0: float = Field(5.0, gt=0.0, description="starting concentration kappa of every vMF component")
     kappa_max: float = Field(100.0, gt=0.5, description="upper clamp of the Banerjee kappa (spec: 100)")
-    pi0: float = Field(0.05, gt=0.0, lt=1.0)
+    pi0: float = Field(0.05, gt=0.0, lt=1.0, description="starting weight of the mixture's uniform background")
     prior: float = Field(5.0, ge=0.0, description="Dirichlet pseudo-counts on the mixing weights")
-    t_floor: float = Field(1e-6, gt=0.0, lt=1.0)
+    t_floor: float = Field(1e-6, gt=0.0, lt=1.0, description="least entry of T, kept after every step before "
+                           "its rows are renormalized (row-stochastic)")
     t_lr_scale: float = Field(1.0, gt=0.0, description="T's learning rate relative to the network's")
 
 

@@ -54,22 +54,27 @@ from fedcore.train.params import load_params_, weighted_average
 
 class FedSIRParams(NoiseAwareParams):
     identify_epochs: int = Field(5, ge=1, description="E1: local epochs before the descriptors")
-    identify_optimizer: Literal["sgd", "adam"] = "adam"
+    identify_optimizer: Literal["sgd", "adam"] = Field(
+        "adam", description="optimizer of the identify stage (the train stage uses train.optimizer)")
     identify_lr: float = Field(1e-3, gt=0.0, description="spec: 5e-5 for pretrained ResNet-18")
-    identify_weight_decay: float = Field(2e-2, ge=0.0)
-    identify_features: Literal["plain", "augmented"] = "plain"
+    identify_weight_decay: float = Field(2e-2, ge=0.0, description="weight decay of the identify stage")
+    identify_features: Literal["plain", "augmented"] = Field(
+        "plain", description="identification features on plain data (the paper) or weakly augmented (public code)")
     min_class_n: int = Field(20, ge=1, description="classes with fewer samples are skipped")
     energy_ratio: float = Field(10 / 11, gt=0.0, le=1.0, description="principal subspace mass for k")
     residual_dim: int = Field(12, ge=1, description="L: residual consensus directions")
     eigengap_min: float = Field(0.03, ge=0.0, description="below it, fall back to the largest clean client")
-    gmm_n_init: int = Field(30, ge=1)
-    relabel: bool = True
+    gmm_n_init: int = Field(30, ge=1, description="restarts of the GMM that calls clients clean or noisy")
+    relabel: bool = Field(True, description="relabel the noisy clients' samples (False: no relabel stage, and KD "
+                          "covers every sample of a noisy client)")
     relabel_every: int = Field(20, ge=1, description="R: train rounds between relabel events")
-    gate: Literal["agree", "principal_only", "residual_only"] = "agree"
+    gate: Literal["agree", "principal_only", "residual_only"] = Field(
+        "agree", description="relabel proposals accepted: where the principal and residual criteria agree, "
+        "or one criterion's everywhere")
     kd_a: float = Field(0.2, ge=0.0, le=1.0, description="final KD weight a",
                         json_schema_extra=tune_range(0.05, 0.5))
-    kd_begin: int = Field(2, ge=0)
-    kd_end: int = Field(49, ge=0)
+    kd_begin: int = Field(2, ge=0, description="train-stage round where the KD weight ramp starts")
+    kd_end: int = Field(49, ge=0, description="train-stage round where the ramp reaches kd_a")
 
 
 @register("fedsir", params=FedSIRParams)

@@ -109,10 +109,24 @@ def describe_params(name: str) -> list[tuple[str, str, str, str]]:
     """(param, type, default, description) rows of a method's params model, in declaration order."""
     rows = []
     for key, field in get_method(name).params.model_fields.items():
-        kind = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
         default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
-        rows.append((key, kind, default, field.description or ""))
+        rows.append((key, type_text(field.annotation), default, field.description or ""))
     return rows
+
+
+def type_text(annotation: Any) -> str:
+    """A param's type as a user reads it: a choice lists its values ('one of: sce, ce'), an
+    optional one says 'or None', anything else is its name ('float')."""
+    import types
+    from typing import Union
+
+    if get_origin(annotation) is Literal:
+        return "one of: " + ", ".join(str(v) for v in get_args(annotation))
+    if get_origin(annotation) in (Union, types.UnionType):
+        parts = [a for a in get_args(annotation) if a is not type(None)]
+        text = " | ".join(type_text(a) for a in parts)
+        return f"{text} or None" if len(parts) < len(get_args(annotation)) else text
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
 def summary_line(name: str) -> str:

@@ -99,9 +99,13 @@ def whole_run(inp: RunInputs, dataset: Any, report_dir: str | Path, tracking_dir
               figures_dir: str | Path) -> Any:
     """One sweep slot in one task (the local sweep's folded shape): every stage of the slot's
     method into `out_dir`, each resuming the one before, then its evaluation; returns the Evaluation."""
+    import time
+
     from fedcore.pipeline import evaluation
+    from fedcore.pipeline.done import done_line
     from fedcore.pipeline.runs import fail_run, parent_of
 
+    start = time.monotonic()
     cfg = resolve(inp)
     method, seed = slot_of(inp.methods, inp.seeds, inp.slot, inp.slots)
     label = f"{method}-s{seed}" if len(set(inp.seeds)) > 1 else method
@@ -110,11 +114,15 @@ def whole_run(inp: RunInputs, dataset: Any, report_dir: str | Path, tracking_dir
         cfg, rid = run_stage(inp, stage, stages, dataset.path, out_dir if i else None, out_dir, parent_of(tracking_dir),
                              rid, f"{label}-{stage}", getattr(dataset, "uri", "") or "")
     try:
-        return evaluation.evaluate(cfg, dataset.path, out_dir, report_dir, figures_dir, rid, inp.setting_name,
-                                   f"{label}-evaluate")
+        ev = evaluation.evaluate(cfg, dataset.path, out_dir, report_dir, figures_dir, rid, inp.setting_name,
+                                 f"{label}-evaluate")
     except BaseException as err:
         fail_run(cfg, rid, f"{label}-evaluate", err)
         raise
+    # kfp.local names every iteration of the run loop alike: this line says which run ended.
+    tuned = bool((inp.setting.get("method_overrides") or {}).get(method))
+    print(done_line(label, inp.setting_name, tuned, time.monotonic() - start), flush=True)
+    return ev
 
 
 def _on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], trainjob: dict[str, Any], label: str,

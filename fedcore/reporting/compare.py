@@ -146,28 +146,48 @@ def merge_notes(records: list[dict[str, Any]], by: str = "method") -> list[str]:
     return notes
 
 
-def budget_of(r: dict[str, Any]) -> str:
-    """A run's training budget, "R rounds x E epochs": the rounds it ran (metrics.json, else its
-    history, else train.rounds) and its local epochs (or fixed local steps)."""
+def training_rounds(r: dict[str, Any]) -> int | str:
+    """The rounds a run was given to train: `train.stage_rounds.train` when set, else `train.rounds`.
+    Rounds of the stages some methods add on top (FedSIR's identification round, FedRG's pretraining)
+    are not counted, so every method is counted the same way; a run without a config counts the
+    rounds it ran (metrics.json, else its history); "?" when nothing says."""
     cfg = r.get("config") or {}
-    rounds = r.get("rounds") or (len(r["history"]) if r.get("history") else None) or cfg.get("train.rounds", "?")
+    rounds = cfg.get("train.stage_rounds.train") or cfg.get("train.rounds") or r.get("rounds") \
+        or (len(r["history"]) if r.get("history") else None) or "?"
+    try:
+        return int(float(rounds))
+    except ValueError:
+        return str(rounds)
+
+
+def extra_rounds(r: dict[str, Any]) -> int:
+    """Rounds a run ran beyond its training rounds: the stages its method adds (0 when none)."""
+    train, ran = training_rounds(r), r.get("rounds")
+    return max(0, int(ran) - train) if isinstance(train, int) and isinstance(ran, int | float) else 0
+
+
+def budget_of(r: dict[str, Any]) -> str:
+    """A run's training budget, "R rounds x E epochs": its training rounds (`training_rounds`) and its
+    local epochs (or fixed local steps)."""
+    cfg = r.get("config") or {}
     steps = cfg.get("train.local_steps")
     epochs = f"{cfg.get('train.local_epochs', '?')} epochs"
     local = f"{steps} steps" if steps not in (None, "None", "null", "") else epochs
-    try:
-        rounds = int(float(rounds))
-    except ValueError:
-        pass  # "?" when nothing says
-    return f"{rounds} rounds x {local}"
+    return f"{training_rounds(r)} rounds x {local}"
 
 
 def budget_notes(records: list[dict[str, Any]], by: str = "method") -> list[str]:
-    """A warning when the rows of one table trained on different budgets (total rounds or local
-    epochs): a method given twice the rounds is not compared with the others."""
+    """A warning when the rows of one table trained on different budgets (training rounds or local
+    epochs): a method given twice the rounds is not compared with the others. It names only the rows
+    off the most common budget, so the odd ones out stand out."""
+    from collections import Counter
+
     budgets = {label: sorted({budget_of(r) for r in recs}) for label, recs in group_records(records, by).items()}
     if len({b for bs in budgets.values() for b in bs}) < 2:
         return []
-    listed = "; ".join(f"{label}: {' | '.join(bs)}" for label, bs in budgets.items())
+    usual = Counter(tuple(bs) for bs in budgets.values()).most_common(1)[0][0]
+    listed = "; ".join(f"{label}: {' | '.join(bs)}" for label, bs in budgets.items() if tuple(bs) != usual)
+    listed += f"; the other rows: {' | '.join(usual)}"
     return [f"warning: the rows differ in training budget, so they are not an equal comparison ({listed})"]
 
 
@@ -204,20 +224,26 @@ def comparison_rows(records: list[dict[str, Any]], by: str = "method") -> tuple[
     return header, rows
 
 
-def beats_fedavg(group: list[dict[str, Any]], records: list[dict[str, Any]]) -> str:
-    """'yes +d' / 'no -d': d = the group's mean last-10 minus the mean best round of FedAvg on the
-    same setting; '-' for FedAvg itself or when no FedAvg run of that setting is in the records."""
+def fedavg_margin(group: list[dict[str, Any]], records: list[dict[str, Any]]) -> float | None:
+    """The group's mean last-10 minus the mean best round of FedAvg on the same setting; None for
+    FedAvg itself or when no FedAvg run of that setting is in the records."""
     settings = {r.get("setting") for r in group}
     if len(settings) != 1 or any(r.get("method") in (None, "fedavg") for r in group):
-        return "-"
+        return None
     setting = settings.pop()
     ref = [r for r in records if r.get("method") == "fedavg" and r.get("setting") == setting]
     short = "acc" if any("final/acc_last10" in r["summary"] for r in group) else "mAP"
     mine, _ = mean_std([r["summary"].get(f"final/{short}_last10") for r in group])
     best, _ = mean_std([r["summary"].get(f"final/{short}_best") for r in ref])
     if not ref or np.isnan(mine) or np.isnan(best):
-        return "-"
-    return f"{'yes' if mine > best else 'no'} {mine - best:+.3f}"
+        return None
+    return mine - best
+
+
+def beats_fedavg(group: list[dict[str, Any]], records: list[dict[str, Any]]) -> str:
+    """'yes +d' / 'no -d': d = `fedavg_margin`; '-' where it has none."""
+    d = fedavg_margin(group, records)
+    return "-" if d is None else f"{'yes' if d > 0 else 'no'} {d:+.3f}"
 
 
 def comparison_table(records: list[dict[str, Any]], by: str = "method", title: str = "comparison") -> Table:

@@ -131,6 +131,7 @@ def curves_figure(history: Sequence[dict[str, Any]], title: str = "", task: str 
         for b in boundaries:
             ax.axvline(b - 0.5, color="grey", linestyle=":")
         ax.set(xlabel="round", title=label)
+        integer_rounds(ax)
     fig.suptitle(title)
     return fig
 
@@ -174,24 +175,52 @@ def band_figure(bands: dict[str, Band], ylabel: str, title: str = "", ref: float
         ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
     if ref is not None and _finite(ref):
         ax.axhline(ref, color="black", linestyle="--", linewidth=1, label=ref_label or f"{ref:.3f}")
-    for rnd, text, drop in _staggered(marks):
+    labels = []
+    for rnd, text in sorted(marks):
         ax.axvline(rnd, color="grey", linestyle=":", linewidth=1)
-        ax.annotate(text, (rnd, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10 - drop),
-                    textcoords="offset points", fontsize=7, color="grey")
+        labels.append(ax.annotate(text, (rnd, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
+                                  textcoords="offset points", fontsize=7, color="grey"))
     ax.set(xlabel="round", ylabel=ylabel, title=title)
+    integer_rounds(ax)
     ax.legend(fontsize=7, loc="best")
+    _unstack(fig, labels)
     return fig
 
 
-def _staggered(marks: Sequence[tuple[float, str]], near: float = 2.5,
-               step: float = 9.0) -> list[tuple[float, str, float]]:
-    """(round, label, points to drop the label by): a label within `near` rounds of the previous
-    one's goes one line lower, so labels of nearby stage changes do not print over each other."""
-    out: list[tuple[float, str, float]] = []
-    for rnd, text in sorted(marks):
-        drop = out[-1][2] + step if out and rnd - out[-1][0] < near else 0.0
-        out.append((rnd, text, drop))
-    return out
+def integer_rounds(ax: Any) -> None:
+    """Round ticks at whole rounds: a run of 3 rounds is not ticked at 1.5 and 2.5. Call it after
+    plotting: a metric logged in one round gets a span of two rounds around it, which holds whole ones."""
+    from matplotlib.ticker import MaxNLocator
+
+    lo, hi = ax.get_xlim()
+    if hi - lo < 2:
+        mid = (lo + hi) / 2
+        ax.set_xlim(mid - 1, mid + 1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _unstack(fig: Figure, labels: list[Any], gap: float = 2.0) -> None:
+    """Move each stage label (in round order) down a line at a time until its box, as the renderer
+    draws it, meets no earlier label's: labels of nearby stage changes, or long ones, never overlap.
+
+    The layout is settled first (constrained layout moves the axes at the first draw), and the
+    labels are kept out of it, so saving the figure does not move them again."""
+    if not labels:
+        return
+    for label in labels:
+        label.set_in_layout(False)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    placed: list[Any] = []
+    for label in labels:
+        step = label.get_fontsize() + gap  # points: one line
+        for _ in range(len(labels)):
+            box = label.get_window_extent(renderer).padded(2)  # pixels: labels that touch read as one
+            if not any(box.overlaps(other) for other in placed):
+                break
+            x, y = label.xyann
+            label.xyann = (x, y - step)
+        placed.append(label.get_window_extent(renderer).padded(2))
 
 
 def panels_figure(panels: dict[str, dict[str, Band]], title: str = "", cols: int = 3,
@@ -210,9 +239,10 @@ def panels_figure(panels: dict[str, dict[str, Band]], title: str = "", cols: int
             ax.plot(x, mean, color=color, linewidth=1.3, label=label, marker="o" if len(x) <= 2 else None, markersize=4)
             ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
         ax.set(title=name, xlabel="round", ylim=(-0.02, 1.02))
+        integer_rounds(ax)
+        ax.legend(fontsize=6)  # every panel: a panel read alone still says whose line is whose
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
     fig.suptitle(title)
     return fig
 

@@ -10,7 +10,8 @@ apart; seeds of one setting together). The page holds:
 - detection.png: client-identification and sample-detection P/R/F1 per round, where logged;
 - memorization.png: the global and local memorization of noisy labels per round (the premise);
 - a table: mean ± std of last-10, best round and acc_at_val_best, and whether each group's last-10
-  beats FedAvg's best round on every seed (FedAvg of the same data setting and seed).
+  beats FedAvg's best round on every seed (FedAvg of the same data setting and seed);
+- a table of the detection and relabeling metrics at the last round, for the groups that log them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from fedcore.errors import ArtifactError, UserError
+from fedcore.reporting import compare
 from fedcore.reporting.compare import budget_notes, budget_of, group_key, group_records, load_run, mean_std
+from fedcore.reporting.detection_table import detection_lines
 
 SETTING_PREFIXES = ("data.", "partition.", "noise.")
 DETECTION = ("detect/client_precision", "detect/client_recall", "detect/client_f1",
@@ -234,14 +237,19 @@ def page(groups: dict[str, list[dict[str, Any]]], records: list[dict[str, Any]],
         seeds = ", ".join(str(r.get("seed")) for r in recs)
         verdict = beats_fedavg_every_seed(recs, records, short)
         budget = " / ".join(sorted({budget_of(r) for r in recs}))
+        extra = max(compare.extra_rounds(r) for r in recs)
+        budget += f" (+{extra} in extra stages)" if extra else ""
         lines.append(f"| {g} | {seeds} | {budget} | {cell(f'final/{short}_last10', recs)} "
                      f"| {cell(f'final/{short}_best', recs)} | {cell(f'final/{short}_at_val_best', recs)} "
                      f"| {verdict} |")
     lines.append("")
     lines.append("Values in %, mean ± std over seeds. \"At val-best\": the test score at the round the clients' "
                  "held-out validation split picks (runs with `data.validation`); the best round is picked on the "
-                 "test set, an oracle no user has.")
+                 "test set, an oracle no user has. Budget: the training rounds every method is given "
+                 "(`train.rounds`) and its local epochs; \"extra stages\": rounds a method adds before training "
+                 "(FedSIR's identification, FedRG's pretraining), not counted in the budget.")
     lines += [f"\n**{note}**" for note in budget_notes(records)]
+    lines += detection_lines(groups)
     for name, caption in figures:
         lines += ["", f"## {caption}", "", f"![{caption}]({name})"]
     return "\n".join(lines) + "\n"

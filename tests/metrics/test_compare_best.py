@@ -38,22 +38,37 @@ def test_verdict_uses_seed_means():
     assert rows[0][header.index("best round")] == "6"  # mean of 5 and 7, printed as a round
 
 
-def budget_rec(method: str, rounds: int, epochs: int = 5, seed: int = 0) -> dict:
+def budget_rec(method: str, rounds: int, epochs: int = 5, seed: int = 0, ran: int | None = None) -> dict:
     r = rec(method, "noisy", 0.3, 0.4, 9, seed)
-    r.update(rounds=rounds, config={"train.rounds": "50", "train.local_epochs": str(epochs), "seed": str(seed),
-                                    "method.name": method})
+    r.update(rounds=ran or rounds, config={"train.rounds": str(rounds), "train.local_epochs": str(epochs),
+                                           "seed": str(seed), "method.name": method})
     return r
 
 
-def test_compare_warns_when_rows_differ_in_rounds_or_local_epochs():
+def test_compare_warns_when_rows_differ_in_training_rounds_or_local_epochs():
     from fedcore.reporting.compare import budget_notes, budget_of
 
     equal = [budget_rec("fedavg", 50), budget_rec("fedavg", 50, seed=1), budget_rec("fedcorr", 50)]
     assert budget_notes(equal) == [] and budget_of(equal[0]) == "50 rounds x 5 epochs"
-    (note,) = budget_notes([*equal, budget_rec("fedcorr", 100, seed=1)])  # FedCorr's former 100 rounds
-    assert note.startswith("warning:") and "fedcorr: 100 rounds x 5 epochs | 50 rounds x 5 epochs" in note
+    (note,) = budget_notes([*equal, budget_rec("fedcorr", 100, seed=1)])  # a run given 100 rounds
+    assert note.startswith("warning:") and "(fedcorr [train.rounds=100]: 100 rounds x 5 epochs;" in note
     (note,) = budget_notes([budget_rec("fedavg", 50), budget_rec("dividemix", 50, epochs=2)])
     assert "dividemix: 50 rounds x 2 epochs" in note
+
+
+def test_rounds_of_a_methods_extra_stages_are_not_a_budget_difference():
+    from fedcore.reporting.compare import budget_notes, extra_rounds
+
+    # The quickstart's rows: FedSIR runs 31 rounds (one identification round on top of 30), FedRG 43
+    # (13 pretraining rounds); every method was given 30 training rounds.
+    rows = [budget_rec(m, 30, ran=ran) for m, ran in (("fedavg", 30), ("fedprox", 30), ("fednoro", 30),
+                                                      ("fedsir", 31), ("fedrg", 43))]
+    assert budget_notes(rows) == [] and [extra_rounds(r) for r in rows] == [0, 0, 0, 1, 13]
+    # One row given 40 training rounds: the warning names it, and only it.
+    (note,) = budget_notes([*rows, budget_rec("fedgr", 40, ran=40)])
+    named = note.split("(", 1)[1]
+    assert "fedgr: 40 rounds x 5 epochs" in named and "the other rows: 30 rounds x 5 epochs" in named
+    assert not any(f"{m}:" in named for m in ("fedavg", "fedprox", "fednoro", "fedsir", "fedrg"))
 
 
 def test_the_compare_command_prints_the_budget_warning(tmp_path):
@@ -69,7 +84,7 @@ def test_the_compare_command_prints_the_budget_warning(tmp_path):
         d.mkdir()
         (d / "metrics.json").write_text(json.dumps({"method": name, "seed": 0, "rounds": rounds,
                                                     "summary": {"final/acc_last10": 0.3}}))
-        (d / "config.yaml").write_text(yaml.safe_dump({"train": {"rounds": 50, "local_epochs": 5},
+        (d / "config.yaml").write_text(yaml.safe_dump({"train": {"rounds": rounds, "local_epochs": 5},
                                                        "method": {"name": name}, "seed": 0}))
     out = CliRunner().invoke(app, ["compare", str(tmp_path / "fedavg"), str(tmp_path / "fedcorr")])
     assert out.exit_code == 0, out.output
@@ -84,8 +99,9 @@ def test_the_report_page_states_each_rows_budget_and_warns_when_they_differ():
     text = page(group_records(records), records, "acc", [])
     assert "| budget |" in text and "| 100 rounds x 5 epochs |" in text
     assert "**warning: the rows differ in training budget" in text
-    same = [budget_rec("fedavg", 50), budget_rec("fedcorr", 50)]
-    assert "warning" not in page(group_records(same), same, "acc", [])
+    same = [budget_rec("fedavg", 50), budget_rec("fedcorr", 50), budget_rec("fedrg", 50, ran=63)]
+    text = page(group_records(same), same, "acc", [])
+    assert "warning" not in text and "| 50 rounds x 5 epochs (+13 in extra stages) |" in text
 
 
 def test_a_benchmark_drawn_anew_with_each_seed_groups_its_seeds_but_a_fixed_one_splits():

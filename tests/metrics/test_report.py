@@ -140,13 +140,6 @@ def test_stage_marks_name_their_method_when_several_methods_have_stages():
     assert sorted(marks_of(two)) == [(1.5, "fedsir: relabel"), (2.5, "fednoro: train"), (2.5, "fedsir: train")]
 
 
-def test_nearby_stage_labels_are_stacked_and_far_ones_are_not():
-    from fedcore.reporting.plots import _staggered
-
-    got = _staggered([(10.5, "b"), (1.5, "a"), (2.5, "c"), (3.5, "d"), (30.5, "e")])
-    assert got == [(1.5, "a", 0.0), (2.5, "c", 9.0), (3.5, "d", 18.0), (10.5, "b", 0.0), (30.5, "e", 0.0)]
-
-
 def test_a_metric_logged_once_is_drawn_as_a_dot():
     from fedcore.reporting.plots import panels_figure
 

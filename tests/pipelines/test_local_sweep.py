@@ -5,6 +5,7 @@ train only some methods (`SweepSpec.setting_methods`)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from google.protobuf import json_format
@@ -62,10 +63,20 @@ def test_the_folded_shape_loops_over_each_settings_slots(tmp_path):
     assert {"merge-rows", "compare", "prepare-data", "prepare-data-2", "start-tracking"} <= set(inner)
 
 
-def test_a_folded_local_sweep_trains_every_run_in_one_task_on_its_settings_dataset(tmp_path):
+def test_a_folded_local_sweep_trains_every_run_in_one_task_on_its_settings_dataset(tmp_path, capsys):
     cfg = _cfg(tmp_path)
-    pipeline = build_pipeline("sweep", cfg, PipelineOptions(sweep=SPEC, parallelism=2, fold=True))
-    result = run_local(pipeline, tmp_path / "root", echo=False)
+    spec = SPEC.model_copy(update={"method_overrides": {"fedavg": ["train.lr=0.05"]}})  # FedAvg "tuned"
+    pipeline = build_pipeline("sweep", cfg, PipelineOptions(sweep=spec, parallelism=2, fold=True))
+    result = run_local(pipeline, tmp_path / "root")
+
+    # One numbered line per finished task; each run names its method, setting, tuned or not, seconds.
+    printed = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("[")]
+    total = len(printed)  # 2 datasets, start-tracking, 3 runs, merge-rows, compare, finish-tracking
+    assert total == 9 and [line.split("]")[0] for line in printed] == [f"[{k}/{total}" for k in range(1, 10)]
+    runs = sorted(line.split("] ", 1)[1].rsplit(": ", 1)[0] for line in printed if " · " in line)
+    assert runs == ["fedavg · clean · tuned", "fedavg · noisy · tuned", "fedsir · noisy · default"]
+    assert all(re.search(r": \d+\.\d s$", line) for line in printed if " · " in line)
+    assert not any("-run: success" in line for line in printed)  # kfp's line, alike for every run
 
     (compared,) = (tmp_path / "root").glob("kfp/**/compare/figures/compare.json")
     records = json.loads(compared.read_text())["runs"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from google.protobuf import json_format
 
 from fedcore.cli.quickstart import QUICKSTART_METHODS, TUNED_SWEEP, quickstart_pipeline
@@ -53,3 +55,29 @@ def test_quickstart_trains_every_method_noisy_and_fedavg_alone_clean_two_runs_at
     fedavg = QUICKSTART_METHODS.index("fedavg")
     assert items == sorted([list(range(len(QUICKSTART_METHODS))), [fedavg]])  # 11 runs, not 20
     assert {v["iteratorPolicy"]["parallelismLimit"] for v in loops.values()} == {2}
+
+
+def test_the_quickstart_header_fits_100_columns_and_names_every_method(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    import fedcore.cli.quickstart as quickstart
+    import pipelines.runner
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop  # the header is printed; the pipeline itself is not run here
+
+    cfg = SimpleNamespace(data=SimpleNamespace(name="digits"))
+    monkeypatch.setattr(quickstart, "quickstart_pipeline", lambda *args: (cfg, None))
+    monkeypatch.setattr(pipelines.runner, "run_local", stop)
+    console = Console(width=100, record=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Stop):
+        quickstart.run_quickstart(Path("runs/quickstart"), console)  # make run's --out
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert lines[2] == "  noisy labels: " + " ".join(QUICKSTART_METHODS)
