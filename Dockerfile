@@ -62,7 +62,8 @@ RUN /opt/venv/bin/pip install --no-deps --no-index --no-compile /tmp/wheels/*.wh
  && rm -rf /tmp/wheels \
  && /opt/venv/bin/pip check
 # Caches go to /tmp so the image also runs with a read-only root filesystem
-# (Kubernetes mounts an emptyDir there, `docker run` a tmpfs).
+# (Kubernetes mounts an emptyDir there, `docker run` a tmpfs); FEDCORE_CACHE, where s3:// datasets are
+# staged, would otherwise be ./.fedcore-cache (the k8s/runner ConfigMap points it at the cache PVC).
 # NVIDIA_*: what the NVIDIA container runtime mounts (the driver's compute and NVML libraries);
 # CUDA base images set the same two, and ours must too since it is built on plain Debian.
 ENV PATH=/opt/venv/bin:$PATH \
@@ -71,6 +72,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     MPLCONFIGDIR=/tmp/matplotlib \
     XDG_CACHE_HOME=/tmp/cache \
     TORCH_HOME=/tmp/cache/torch \
+    FEDCORE_CACHE=/tmp/fedcore-cache \
     HOME=/home/fedcore \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility

@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -53,11 +55,12 @@ def chromium(user: str, password: str) -> Iterator[Page]:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     assert exe, "chromium missing: apt-get install chromium (.ci/run installs it)"
     port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="fedcore-chromium-") as profile:
+    # Chromium's helper processes may still write the profile as it closes: no error on cleanup.
+    with tempfile.TemporaryDirectory(prefix="fedcore-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                                  f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
                                  "--window-size=1400,900", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             targets = None
             for _ in range(100):
@@ -76,8 +79,8 @@ def chromium(user: str, password: str) -> Iterator[Page]:
             page.call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {token}"})
             yield page
             page.ws.close()
-        finally:
-            proc.terminate()
+        finally:  # the browser and its helper processes, as one group
+            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
 
 

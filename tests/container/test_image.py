@@ -65,3 +65,9 @@ def test_fedcore_run_with_no_network_writes_metrics_owned_by_10001(image, tmp_pa
     assert metrics.is_file(), sorted(p.name for p in out.rglob("*"))
     assert metrics.stat().st_uid == 10001
     assert "final/acc_last10" in json.loads(metrics.read_text())["summary"]
+
+
+def test_the_dataset_cache_is_writable_on_a_read_only_root(image):
+    # s3:// datasets are staged into FEDCORE_CACHE; under a read-only root it must sit on the /tmp tmpfs.
+    out = in_image(image, "sh", "-c", 'mkdir -p "$FEDCORE_CACHE" && echo "$FEDCORE_CACHE"', flags=tuple(HARDENED))
+    assert out.stdout.strip().startswith("/tmp/"), out.stdout

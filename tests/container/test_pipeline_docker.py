@@ -47,3 +47,17 @@ def test_a_missing_image_is_one_line_and_exit_2(tmp_path):
     out = pipeline(tmp_path / "x", "--runner", "docker", "--image", "fedcore-test/absent:0")
     assert out.returncode == 2
     assert "is not on this machine; build it with `make image`" in out.stderr + out.stdout
+
+
+def test_a_sweep_runs_every_task_in_the_image(image, tmp_path):
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "fedcore", "pipeline", "run", "sweep", "configs/quickstart.yaml", "--local",
+           "--out", str(out), "--no-tracking", "--runner", "docker", "--image", image, "--method", "fedavg",
+           "--method", "fedprox", "--seed", "0", "--set", "train.rounds=3"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in out.glob("kfp/*/**/figures/record.json")]
+    assert sorted(r["method"] for r in records) == ["fedavg", "fedprox"]
+    assert len({r["data_sha256"] for r in records}) == 1  # one artifact for every method
+    assert all(p.stat().st_uid == 10001 for p in out.glob("kfp/*/**/figures/record.json"))
