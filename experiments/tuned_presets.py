@@ -57,43 +57,22 @@ def tuned_preset(preset: dict, best: dict, tune: dict) -> tuple[dict, list[str]]
     return out, sorted(set(changed))
 
 
-SWEEP_HEADER = """\
-# Tuned settings of the `{scene}` rows (docs/results/tuning.md protocol), written by
-# experiments/tuned_presets.py --sweep from {runs}: per row {n} trials of `fedcore tune` on seed {seed}
-# (a seed no table reports), objective {objective} on the clients' held-out validation split
-# (data.validation.fraction={fraction}, noisy labels). A sweep applies each list after the row's
-# method switch; the data, partition and noise stay the sweep's, shared by every row.
-"""
-
-
-def tuned_sweep(tunes: dict[str, dict]) -> dict:
-    """A sweep file's method_overrides: each row's best_params as overrides, at full precision so the
-    sweep reruns the tuned setting exactly."""
-    return {"method_overrides": {row: [f"{k}={v!r}" for k, v in tune["best_params"].items()]
-                                 for row, tune in sorted(tunes.items())}}
-
-
 def write_sweep(scene_dir: Path, out: Path) -> bool:
-    tunes = {p.parent.parent.name: json.loads(p.read_text()) for p in sorted(scene_dir.glob("*/tune/tune.json"))}
+    from fedcore.bench.sweepfile import read_tunes, sweep_text
+
+    tunes = read_tunes(scene_dir)
     if not tunes:
         raise SystemExit(f"no finished tune under {scene_dir}/*/tune; run experiments/tuning.sh first")
-    first = next(iter(tunes.values()))
-    counts = sorted({t["n_trials"] for t in tunes.values()})
     best = yaml.safe_load((scene_dir / next(iter(tunes)) / "tune" / "best.yaml").read_text())
-    header = SWEEP_HEADER.format(scene=scene_dir.name, runs=scene_dir, n="/".join(map(str, counts)),
-                                 seed=first["seed"], objective=first["objective"],
-                                 fraction=best["data"]["validation"]["fraction"])
-    return write_if_changed(out, header + yaml.safe_dump(tuned_sweep(tunes), sort_keys=False, width=120))
+    text = sweep_text(scene_dir.name, scene_dir, tunes, best["data"]["validation"]["fraction"],
+                      "experiments/tuned_presets.py --sweep")
+    return write_if_changed(out, text)
 
 
 def write_if_changed(path: Path, text: str) -> bool:
-    if path.is_file() and path.read_text() == text:
-        return False
-    from fedcore.io.files import atomic_write_bytes
+    from fedcore.bench.sweepfile import write_if_changed as write
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, text.encode())
-    return True
+    return write(path, text)
 
 
 def main(argv: list[str]) -> None:

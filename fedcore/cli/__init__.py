@@ -15,7 +15,7 @@ import sys
 
 import typer
 
-from fedcore.cli import compare, config, data, deploy, pipeline, quickstart, report, run, tracking, tune
+from fedcore.cli import bench, compare, config, data, deploy, pipeline, quickstart, report, run, tracking, tune
 from fedcore.cli.console import make_console
 from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
 from fedcore.errors import Interrupted, UserError
@@ -39,6 +39,7 @@ app.command("compare")(compare.compare)
 app.command("quickstart")(quickstart.quickstart)
 app.command("tune")(tune.tune)
 app.command("report")(report.report)
+app.command("bench")(bench.bench)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -74,3 +74,29 @@ def trial_progress(total: int, done: int, enabled: bool = True,
             bar.update(task, completed=done, pruned=str(pruned), best="-" if best is None else f"{best:.4f}")
 
         yield update
+
+
+@contextlib.contextmanager
+def grid_progress(jobs: list[Any], enabled: bool, say: Callable[[str], None],
+                  console: Console | None = None) -> Iterator[Callable[[Any, str], None]]:
+    """`fedcore bench`'s bar over the whole grid, with the time left. Yields done(job, status).
+
+    jobs: fedcore.bench.plan.Job (label, cost). What is done already is out of the total, so the
+    time left follows the work still to do; a tune weighs its trials still to go. Without the
+    bar, one line per finished job."""
+    from fedcore.bench.plan import is_done
+
+    costs = {j: 0 if is_done(j) else j.cost for j in jobs}
+    if not enabled:
+        yield lambda job, status: say(f"bench: {job.label} {status}") if status != "skipped" else None
+        return
+    bar = Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
+                   TimeElapsedColumn(), TimeRemainingColumn(), console=console or Console(stderr=True))
+    with bar:
+        task = bar.add_task("bench", total=sum(costs.values()), last="")
+
+        def done(job: Any, status: str) -> None:
+            if status != "skipped":
+                bar.update(task, advance=costs[job], last=f"{job.label} {status}")
+
+        yield done

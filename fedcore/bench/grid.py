@@ -1,0 +1,138 @@
+"""A bench grid: the YAML that names scenes, methods, the tuning budget and the seeds.
+
+    scenes:
+      quickstart: {config: configs/quickstart.yaml, set: [train.rounds=30]}
+    methods: [fedavg, fedprox, fedgr-robust]
+    trials: 8
+    tuning_seed: 100
+    seeds: [0, 1, 2]
+    validation_fraction: 0.1
+
+Methods are registered method names or named variants: a method with fixed params (VARIANTS,
+plus the grid's own `variants:`), tuned like any other row. Every method of a scene must train
+on the same data, so a method's own place (a variant's `set`) may not touch data, partition,
+noise or the seed, and the shared places (a scene's `set`, the CLI's `--set`) may not switch
+the method or fix a seed, which would give the tuning seed the reporting seeds' data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fedcore import safe_yaml
+from fedcore.errors import ConfigError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a folder name under --out
+DATA_KEYS = ("data", "partition", "noise", "seed")
+# Keys a shared override may not set: the rows' own method, and the seeds the grid draws.
+SHARED_REFUSED = ("method", "seed", "data.seed")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Scene(Strict):
+    config: str = Field(description="base experiment YAML, e.g. configs/quickstart.yaml")
+    set: list[str] = Field(default_factory=list, description="overrides for every method of the scene")
+    seed_keys: list[str] = Field(default_factory=list, description="keys set to each run's seed as well, e.g. "
+                                 "data.params.seed for a benchmark drawn from its own seed")
+
+
+class Variant(Strict):
+    method: str = Field(description="the registered method this row runs")
+    set: list[str] = Field(default_factory=list, description="its fixed params, e.g. method.params.profile=robust")
+
+
+# Spec v3's reading of FedHarmony (experiments/fedharmony.sh, lam 0.1 as picked there on validation).
+HARMONY_V3 = ["method.params.timing=start", "method.params.teacher=pooled", "method.params.weighting=abs",
+              "method.params.diagonal=true", "method.params.scale=sum", "method.params.lam_schedule=caa",
+              "method.params.gamma_by=median", "method.params.mask_unannotated=true", "method.params.lam=0.1"]
+# The named rows of experiments/tuning.sh.
+VARIANTS = {"fedgr-robust": Variant(method="fedgr", set=["method.params.profile=robust"]),
+            "fedharmony-v3": Variant(method="fedharmony", set=HARMONY_V3)}
+
+
+class Grid(Strict):
+    scenes: dict[str, Scene] = Field(min_length=1)
+    methods: list[str] = Field(min_length=1)
+    variants: dict[str, Variant] = Field(default_factory=dict)
+    trials: int = Field(8, ge=1, description="finished `fedcore tune` trials per (scene, method)")
+    tuning_seed: int = Field(100, ge=0, description="the seed tunes run on; no table reports it")
+    seeds: list[int] = Field(min_length=1, description="reporting seeds")
+    validation_fraction: float = Field(0.1, gt=0.0, lt=1.0, description="each client's held-out noisy split")
+
+    def variant(self, row: str) -> Variant:
+        """The row as (method, fixed overrides): a variant, or a plain method with none."""
+        return {**VARIANTS, **self.variants}.get(row) or Variant(method=row)
+
+
+def load_grid(path: str | Path, trials: int | None = None, seeds: Sequence[int] | None = None,
+              methods: Sequence[str] | None = None, shared: Sequence[str] = ()) -> Grid:
+    """The grid file with the CLI's values (which win), checked: names, keys, seeds, configs."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"grid file '{p}' not found; pass a YAML with scenes, methods, trials and seeds")
+    data = safe_yaml.load_file(p, "grid file") or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"grid file '{p}' must hold a mapping (scenes, methods, trials, seeds)")
+    data.update({k: v for k, v in (("trials", trials), ("seeds", seeds), ("methods", methods)) if v is not None})
+    try:
+        grid = Grid.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"]) or "grid"
+        raise ConfigError(f"invalid grid '{p}' at '{loc}': {first['msg']}") from None
+    for name, scene in grid.scenes.items():
+        scene.config = str(resolve_config(scene.config, p.parent, name))
+    check_grid(grid, shared)
+    return grid
+
+
+def resolve_config(config: str, grid_dir: Path, scene: str) -> Path:
+    """A scene's config as given (from the working directory), else beside the grid file."""
+    for cand in (Path(config), grid_dir / config):
+        if cand.is_file():
+            return cand
+    raise ConfigError(f"scene '{scene}': config '{config}' not found (looked in the working directory and "
+                      f"beside the grid file)")
+
+
+def check_grid(grid: Grid, shared: Sequence[str] = ()) -> None:
+    """Refuse what would make the comparison unfair or unreadable, each in one line."""
+    from fedcore.methods.registry import available_methods
+
+    known = set(available_methods())
+    for name in [*grid.scenes, *grid.methods, *grid.variants]:
+        if not NAME.match(name):
+            raise ConfigError(f"grid name '{name}' must be a plain folder name (letters, digits, _ . -)")
+    if len(set(grid.methods)) != len(grid.methods):
+        raise ConfigError(f"methods lists a method twice: {grid.methods}")
+    for row in grid.methods:
+        if grid.variant(row).method not in known:
+            variants = sorted({*VARIANTS, *grid.variants})
+            raise ConfigError(f"unknown method '{row}'; choose a registered method ({', '.join(sorted(known))}) "
+                              f"or a variant ({', '.join(variants)})")
+        if bad := keys_under(grid.variant(row).set, DATA_KEYS):
+            raise ConfigError(f"variant '{row}' changes the data its scene shares between methods ({', '.join(bad)}); "
+                              "put data, partition and noise changes in the scene's set or --set")
+    if len(set(grid.seeds)) != len(grid.seeds):
+        raise ConfigError(f"seeds lists a seed twice: {grid.seeds}")
+    if grid.tuning_seed in grid.seeds:
+        raise ConfigError(f"tuning_seed {grid.tuning_seed} is also a reporting seed; tune on a seed no table reports")
+    for where, over in [("--set", list(shared)), *((f"scene '{n}' set", s.set) for n, s in grid.scenes.items())]:
+        if bad := keys_under(over, SHARED_REFUSED):
+            raise ConfigError(f"{where} sets {', '.join(bad)}: the grid's methods and seeds decide those "
+                              "(a variant holds a method's fixed params)")
+
+
+def keys_under(overrides: Sequence[str], prefixes: Sequence[str]) -> list[str]:
+    """The overrides whose key is one of `prefixes` or lies under one ('noise.rate.max=1' under 'noise')."""
+    def key(o: str) -> str:
+        return o.split("=", 1)[0].strip()
+
+    return [o for o in overrides if any(key(o) == p or key(o).startswith(p + ".") for p in prefixes)]

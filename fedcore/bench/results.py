@@ -1,0 +1,94 @@
+"""What a bench grid leaves behind: bench.json, a tuned sweep file and a report per scene.
+
+    OUT/bench.json                  scenes.<name>: choice, runner_up, margin, means, rows, tuned
+    OUT/SCENE/tuned_sweep.yaml      the scene's tuned settings (sweepfile.py's format)
+    OUT/SCENE/report/report.md      `fedcore report` over the scene's runs
+
+A row is one run: method, setting (default|tuned), seed and its final scores; on a multi-label
+scene the same names hold mAP (the scene's `metric` says which).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fedcore.bench.choice import choose
+from fedcore.bench.grid import Grid
+from fedcore.bench.plan import SETTINGS, diverged_marker
+from fedcore.bench.sweepfile import read_tunes, sweep_text, write_if_changed
+
+# Row field -> the metrics.json summary key, {m} the scene's metric (acc, or mAP).
+FIELDS = {"val_acc_last10": "final/val_{m}_last10", "acc_last10": "final/{m}_last10",
+          "acc_best": "final/{m}_best", "acc_at_val_best": "final/{m}_at_val_best"}
+
+
+def summary_of(run: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run / "metrics.json").read_text())["summary"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def scene_rows(grid: Grid, out: Path, scene: str) -> tuple[list[dict[str, Any]], str]:
+    """(rows, metric) of a scene's finished and diverged runs."""
+    found: list[tuple[str, str, int, Path, dict | None]] = []
+    for row in grid.methods:
+        for setting in SETTINGS:
+            for seed in grid.seeds:
+                run = out / scene / row / setting / f"s{seed}"
+                s = summary_of(run)
+                if s is not None or diverged_marker(run).is_file():
+                    found.append((row, setting, seed, run, s))
+    metric = "mAP" if any(s and "final/mAP_last10" in s for *_, s in found) else "acc"
+    rows = []
+    for row, setting, seed, run, s in found:
+        rec: dict[str, Any] = {"method": row, "setting": setting, "seed": seed, "run": str(run)}
+        rec.update({f: (None if s is None else s.get(k.format(m=metric))) for f, k in FIELDS.items()})
+        if s is None:
+            rec["diverged"] = diverged_marker(run).read_text().strip()
+        rows.append(rec)
+    return rows, metric
+
+
+def tuned_params(grid: Grid, out: Path, scene: str) -> dict[str, dict[str, Any]]:
+    """method -> what its tune found: best_params (after the variant's fixed ones), best_value, trials."""
+    tunes = read_tunes(out / scene)
+    keep = ("best_params", "best_value", "objective", "n_trials", "n_pruned", "n_diverged", "seed")
+    return {row: {"fixed": grid.variant(row).set, **{k: tunes[row].get(k) for k in keep}}
+            for row in grid.methods if row in tunes}
+
+
+def scene_result(grid: Grid, out: Path, scene: str) -> dict[str, Any]:
+    rows, metric = scene_rows(grid, out, scene)
+    return {**choose(rows, grid.seeds), "metric": metric, "config": grid.scenes[scene].config,
+            "tuned": tuned_params(grid, out, scene), "rows": rows}
+
+
+def write_sweep(grid: Grid, out: Path, scene: str) -> Path | None:
+    tunes = {r: t for r, t in read_tunes(out / scene).items() if r in grid.methods}
+    if not tunes:
+        return None
+    path = out / scene / "tuned_sweep.yaml"
+    fixed = {row: grid.variant(row).set for row in tunes}
+    write_if_changed(path, sweep_text(scene, out / scene, tunes, grid.validation_fraction, "fedcore bench", fixed))
+    return path
+
+
+def write_results(grid: Grid, out: Path, cli_set: list[str]) -> dict[str, Any]:
+    """bench.json (atomically), each scene's sweep file and report; returns bench.json's content."""
+    from fedcore.io import atomic_write_bytes
+    from fedcore.reporting.report import write_report
+
+    scenes = {}
+    for name in grid.scenes:
+        scenes[name] = scene_result(grid, out, name)
+        sweep = write_sweep(grid, out, name)
+        runs = [Path(r["run"]) for r in scenes[name]["rows"] if "diverged" not in r]
+        report = write_report(runs, out / name / "report") if runs else None
+        scenes[name]["sweep"] = str(sweep) if sweep else None
+        scenes[name]["report"] = str(report) if report else None
+    result = {"grid": {**grid.model_dump(mode="json", exclude={"scenes"}), "set": cli_set}, "scenes": scenes}
+    atomic_write_bytes(out / "bench.json", json.dumps(result, indent=2).encode())
+    return result

@@ -1,0 +1,129 @@
+"""Running a bench grid's jobs: in this process (--jobs 1) or in N worker processes.
+
+Tunes and default runs start at once; a tune's tuned runs start when it ends. Each job writes
+its output to a log beside its dir (appended: a resumed job keeps its first attempt's log), so
+the one progress bar over the whole grid stays readable. Worker processes are spawned, not
+forked: a forked child inherits torch's thread pools in whatever state the parent left them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import multiprocessing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from fedcore.bench.plan import Job, diverged_marker, is_done
+from fedcore.errors import DivergedError
+
+
+def prepare_data(jobs: list[tuple[Path, str, list[str]]], say: Callable[[str], None]) -> None:
+    """Each seed's shared artifact, as `fedcore data prepare` writes it; kept when already there."""
+    from fedcore.data.build import build_federated_dataset
+    from fedcore.registries import load_config
+
+    for path, config, overrides in jobs:
+        if (path / "manifest.json").is_file():
+            continue
+        say(f"bench: preparing {path}")
+        build_federated_dataset(load_config(config, overrides)).save(path)
+
+
+def execute(job: Job) -> str:
+    """Run one job to its end: 'done' or 'diverged'. One thread, as tuning.sh's OMP_NUM_THREADS=1
+    (a config's train.threads still wins inside the run)."""
+    from fedcore.run import cpu_threads
+
+    job.out.parent.mkdir(parents=True, exist_ok=True)
+    log = job.out.parent / f"{job.out.name}.log"
+    with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f), cpu_threads(1):
+        return _tune(job) if job.kind == "tune" else _run(job)
+
+
+def _tune(job: Job) -> str:
+    from fedcore.tuning.study import TuneRequest, run_tune
+
+    req = TuneRequest(config=job.config, overrides=list(job.overrides), trials=job.trials, out=job.out,
+                      data=str(job.data), progress=False)
+    run_tune(req, say=print)
+    return "done"
+
+
+def _run(job: Job) -> str:
+    """`fedcore run CONFIG --set ... --data DATA --out RUN` (with --resume RUN when it has checkpoints)."""
+    from fedcore.cli.run import run_callbacks, total_rounds
+    from fedcore.registries import load_config
+    from fedcore.run import run_experiment
+
+    cfg = load_config(job.config, list(job.overrides))
+    resume = job.out if any((job.out / "checkpoints").glob("*.pt")) else None
+    try:
+        run_experiment(cfg, job.out, data=str(job.data), resume=resume,
+                       callbacks=run_callbacks(cfg, total_rounds(cfg), progress=False))
+    except DivergedError as err:
+        from fedcore.io import atomic_write_bytes
+
+        print(f"training diverged: {err}")
+        atomic_write_bytes(diverged_marker(job.out), f"{err}\n".encode())
+        return "diverged"
+    return "done"
+
+
+class InProcess(cf.Executor):
+    """--jobs 1: each job runs when submitted, in this process (no spawn, tracebacks stay whole)."""
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        fut: cf.Future = cf.Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as err:  # noqa: BLE001 - handed to the caller through the future
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            fut.set_exception(err)
+        return fut
+
+
+@contextlib.contextmanager
+def executor(jobs: int) -> Iterator[cf.Executor]:
+    if jobs <= 1:
+        yield InProcess()
+        return
+    with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            yield pool
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def run_jobs(first: list[Job], after: dict[Job, list[Job]], jobs: int,
+             done: Callable[[Job, str], None]) -> None:
+    """Every job not yet done, dependencies first; `done(job, status)` after each (status 'done',
+    'diverged' or 'skipped'). A failing job's error is raised once the running ones are stopped."""
+    with executor(jobs) as pool:
+        running: dict[cf.Future, Job] = {}
+
+        def finish(fut: cf.Future) -> None:
+            job = running.pop(fut)
+            done(job, fut.result())  # a job's UserError ends the grid here, in one line
+            for nxt in after.get(job, []):
+                start(nxt)
+
+        def start(job: Job) -> None:
+            if is_done(job):
+                done(job, "skipped")
+                for nxt in after.get(job, []):
+                    start(nxt)
+                return
+            fut = pool.submit(execute, job)
+            running[fut] = job
+            if fut.done():  # in-process: it ran already, and the bar should say so now
+                finish(fut)
+
+        for job in first:
+            start(job)
+        while running:
+            finished, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                finish(fut)
