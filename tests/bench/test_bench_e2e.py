@@ -1,0 +1,109 @@
+"""`fedcore bench` end to end on experiments/grids/tiny.yaml (digits, 2 methods, 2 trials, 1 seed,
+3 rounds): tunes, default and tuned runs on one artifact per seed, bench.json, the sweep file and
+the report; a rerun skips what is done; the choice survives shuffled test numbers."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from fedcore import cli
+from fedcore.bench.choice import choose
+from fedcore.bench.grid import load_grid
+from fedcore.bench.results import write_results
+
+ROOT = Path(__file__).resolve().parents[2]
+GRID = ROOT / "experiments/grids/tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench") / "out"
+    cli.main(["bench", str(GRID), "--out", str(out), "--no-progress"])
+    return out
+
+
+def _metrics(run: Path) -> dict:
+    return json.loads((run / "metrics.json").read_text())
+
+
+def test_every_method_is_tuned_with_the_same_budget_and_runs_both_settings_on_one_artifact(bench):
+    scene = bench / "quickstart-tiny"
+    for m in ("fedavg", "fedprox"):
+        tune = json.loads((scene / m / "tune" / "tune.json").read_text())
+        assert (tune["n_trials"], tune["seed"], tune["objective"]) == (2, 100, "final/val_acc_last10")
+        assert tune["method"] == m
+    runs = [scene / m / s / "s0" for m in ("fedavg", "fedprox") for s in ("default", "tuned")]
+    shas = {_metrics(r)["data_sha256"] for r in runs}
+    assert len(shas) == 1 and {_metrics(r)["seed"] for r in runs} == {0}
+    manifest = json.loads((scene / "data-s0" / "manifest.json").read_text())
+    assert manifest["files"]["data.pt"] in shas  # the shared artifact, not one built per run
+    # The tune trained on the tuning seed's own artifact, never the reporting seed's.
+    assert (scene / "data-s100" / "manifest.json").is_file()
+    import yaml
+
+    best = yaml.safe_load((scene / "fedprox" / "tuned" / "s0" / "config.yaml").read_text())
+    tuned = json.loads((scene / "fedprox" / "tune" / "tune.json").read_text())["best_params"]
+    assert best["method"]["params"]["mu"] == tuned["method.params.mu"] and best["train"]["lr"] == tuned["train.lr"]
+
+
+def test_bench_json_holds_the_choice_rows_and_tuned_params(bench):
+    from fedcore.pipeline.plan import load_sweep_spec
+
+    result = json.loads((bench / "bench.json").read_text())
+    scene = result["scenes"]["quickstart-tiny"]
+    assert {(r["method"], r["setting"], r["seed"]) for r in scene["rows"]} == {
+        (m, s, 0) for m in ("fedavg", "fedprox") for s in ("default", "tuned")}
+    for r in scene["rows"]:
+        assert all(isinstance(r[k], float) for k in ("val_acc_last10", "acc_last10", "acc_best", "acc_at_val_best"))
+    want = choose(scene["rows"], [0])
+    assert (scene["choice"], scene["runner_up"], scene["margin"]) == (want["choice"], want["runner_up"],
+                                                                       want["margin"])
+    assert scene["choice"] in ("fedavg", "fedprox") and scene["margin"] >= 0
+    assert set(scene["tuned"]["fedprox"]["best_params"]) >= {"train.lr", "method.params.mu"}
+    spec = load_sweep_spec(scene["sweep"])
+    assert set(spec.method_overrides) == {"fedavg", "fedprox"}
+    assert any(o.startswith("method.params.mu=") for o in spec.method_overrides["fedprox"])
+    assert "written by\n# fedcore bench" in Path(scene["sweep"]).read_text()
+    assert Path(scene["report"]).is_file() and (Path(scene["report"]).parent / "accuracy.png").is_file()
+
+
+def test_shuffled_test_accuracies_in_the_runs_leave_the_choice_unchanged(bench, tmp_path):
+    import shutil
+
+    copy = tmp_path / "out"
+    shutil.copytree(bench, copy)
+    runs = sorted(p.parent for p in copy.glob("quickstart-tiny/*/*/s0/metrics.json"))
+    tests = [{k: v for k, v in _metrics(r)["summary"].items() if k.startswith("final/acc")} for r in runs]
+    random.Random(1).shuffle(tests)
+    for run, test in zip(runs, tests, strict=True):
+        m = _metrics(run)
+        m["summary"].update({k: 1.0 - v if "round" not in k else v for k, v in test.items()})
+        (run / "metrics.json").write_text(json.dumps(m))
+    grid = load_grid(GRID)
+    before = json.loads((bench / "bench.json").read_text())["scenes"]["quickstart-tiny"]
+    after = write_results(grid, copy, [])["scenes"]["quickstart-tiny"]
+    assert [r["acc_last10"] for r in after["rows"]] != [r["acc_last10"] for r in before["rows"]]
+    assert (after["choice"], after["runner_up"], after["margin"]) == (before["choice"], before["runner_up"],
+                                                                       before["margin"])
+
+
+def test_a_rerun_skips_what_is_done_and_new_seeds_run_in_worker_processes(bench, capsys):
+    done = {p: p.stat().st_mtime_ns for p in bench.glob("quickstart-tiny/*/*/s0/metrics.json")}
+    tune = (bench / "quickstart-tiny/fedavg/tune/tune.json").stat().st_mtime_ns
+    capsys.readouterr()
+    cli.main(["bench", str(GRID), "--out", str(bench), "--no-progress", "--methods", "fedavg", "--seeds", "0,1",
+              "--jobs", "2"])
+    err = capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in done} == done
+    assert (bench / "quickstart-tiny/fedavg/tune/tune.json").stat().st_mtime_ns == tune
+    assert "fedavg tune done" not in err and "s0 done" not in err  # nothing done again
+    assert "fedavg default s1 done" in err and "fedavg tuned s1 done" in err
+    result = json.loads((bench / "bench.json").read_text())
+    assert result["grid"]["seeds"] == [0, 1] and result["grid"]["methods"] == ["fedavg"]
+    rows = result["scenes"]["quickstart-tiny"]["rows"]
+    assert {(r["setting"], r["seed"]) for r in rows} == {(s, n) for s in ("default", "tuned") for n in (0, 1)}
+    assert len({_metrics(Path(r["run"]))["data_sha256"] for r in rows if r["seed"] == 1}) == 1
