@@ -52,7 +52,6 @@ def _tune(job: Job) -> str:
 
 def _run(job: Job) -> str:
     """`fedcore run CONFIG --set ... --data DATA --out RUN` (with --resume RUN when it has checkpoints)."""
-    from fedcore.cli.run import run_callbacks, total_rounds
     from fedcore.registries import load_config
     from fedcore.run import run_experiment
 
@@ -60,7 +59,7 @@ def _run(job: Job) -> str:
     resume = job.out if any((job.out / "checkpoints").glob("*.pt")) else None
     try:
         run_experiment(cfg, job.out, data=str(job.data), resume=resume,
-                       callbacks=run_callbacks(cfg, total_rounds(cfg), progress=False))
+                       callbacks=run_callbacks(cfg))
     except DivergedError as err:
         from fedcore.io import atomic_write_bytes
 
@@ -68,6 +67,22 @@ def _run(job: Job) -> str:
         atomic_write_bytes(diverged_marker(job.out), f"{err}\n".encode())
         return "diverged"
     return "done"
+
+
+def run_callbacks(cfg) -> list:
+    """What `fedcore run --no-progress` adds to a run (fedcore.cli.run.run_callbacks, which the
+    library may not import): early stopping on validation, and tracking when the config asks."""
+    from fedcore.engine.callbacks import EarlyStopping
+
+    cbs: list = []
+    if cfg.train.early_stop_patience:
+        cbs.append(EarlyStopping(cfg.train.early_stop_patience))
+    if cfg.tracking.backend != "none":
+        from fedcore.tracking import make_tracker
+        from fedcore.tracking.callback import TrackingCallback
+
+        cbs.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), cfg, None))
+    return cbs
 
 
 class InProcess(cf.Executor):
