@@ -45,7 +45,7 @@ def test_the_image_sets_what_the_nvidia_runtime_reads():
     assert "NVIDIA_VISIBLE_DEVICES=all" in env and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in env
 
 
-@pytest.mark.parametrize("path", ["Dockerfile", "docker/seaweedfs.Dockerfile"])
+@pytest.mark.parametrize("path", ["Dockerfile", "docker/seaweedfs.Dockerfile", "docker/stack.Dockerfile"])
 def test_final_stage_runs_as_a_numeric_non_root_user(path):
     final = stages((REPO / path).read_text())[-1]
     users = final.all("USER")
