@@ -54,6 +54,7 @@ def _run(job: Job) -> str:
     """`fedcore run CONFIG --set ... --data DATA --out RUN` (with --resume RUN when it has checkpoints)."""
     from fedcore.registries import load_config
     from fedcore.run import run_experiment
+    from fedcore.tracking.callback import run_callbacks
 
     cfg = load_config(job.config, list(job.overrides))
     resume = job.out if any((job.out / "checkpoints").glob("*.pt")) else None
@@ -67,22 +68,6 @@ def _run(job: Job) -> str:
         atomic_write_bytes(diverged_marker(job.out), f"{err}\n".encode())
         return "diverged"
     return "done"
-
-
-def run_callbacks(cfg) -> list:
-    """What `fedcore run --no-progress` adds to a run (fedcore.cli.run.run_callbacks, which the
-    library may not import): early stopping on validation, and tracking when the config asks."""
-    from fedcore.engine.callbacks import EarlyStopping
-
-    cbs: list = []
-    if cfg.train.early_stop_patience:
-        cbs.append(EarlyStopping(cfg.train.early_stop_patience))
-    if cfg.tracking.backend != "none":
-        from fedcore.tracking import make_tracker
-        from fedcore.tracking.callback import TrackingCallback
-
-        cbs.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), cfg, None))
-    return cbs
 
 
 class InProcess(cf.Executor):

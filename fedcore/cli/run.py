@@ -15,26 +15,12 @@ SetOpt = set_option()
 
 
 def run_callbacks(cfg, total_rounds: int, progress: bool, label: str = "", main: bool = True):
-    """Progress bar, early stopping and tracking, as the config asks.
-
-    main=False (ranks 1.. of a distributed run): early stopping only, which every rank needs to
-    stop together; the others become no-op placeholders in the same positions, since
-    checkpoints keep callback state by position.
-    """
-    from fedcore.engine.callbacks import Callback, EarlyStopping
+    """Progress bar, early stopping and tracking, as the config asks (fedcore.tracking.callback)."""
     from fedcore.reporting.progress import ProgressCallback
+    from fedcore.tracking.callback import run_callbacks as library_callbacks
 
-    cbs = []
-    if progress:
-        cbs.append(ProgressCallback(total_rounds, console, label=label or cfg.method.name) if main else Callback())
-    if cfg.train.early_stop_patience:
-        cbs.append(EarlyStopping(cfg.train.early_stop_patience))
-    if cfg.tracking.backend != "none":
-        from fedcore.tracking import make_tracker
-        from fedcore.tracking.callback import TrackingCallback
-
-        cbs.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), cfg, None) if main else Callback())
-    return cbs
+    bar = ProgressCallback(total_rounds, console, label=label or cfg.method.name) if progress else None
+    return library_callbacks(cfg, bar, main)
 
 
 def total_rounds(cfg) -> int:

@@ -262,3 +262,24 @@ class TrackingCallback(Callback):
             return
         if model_id:
             self.tracker.set_tags(describe(model_id))
+
+
+def run_callbacks(cfg: Any, progress: Callback | None = None, main: bool = True) -> list[Callback]:
+    """What every run of a config gets: `progress` (if any), early stopping, tracking, in that order.
+
+    main=False (ranks 1.. of a distributed run): early stopping only, which every rank needs to
+    stop together; the others become no-op placeholders in the same positions, since
+    checkpoints keep callback state by position.
+    """
+    from fedcore.engine.callbacks import EarlyStopping
+
+    cbs: list[Callback] = []
+    if progress is not None:
+        cbs.append(progress if main else Callback())
+    if cfg.train.early_stop_patience:
+        cbs.append(EarlyStopping(cfg.train.early_stop_patience))
+    if cfg.tracking.backend != "none":
+        from fedcore.tracking import make_tracker
+
+        cbs.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), cfg, None) if main else Callback())
+    return cbs
