@@ -140,3 +140,22 @@ def test_a_file_that_is_not_a_bench_json_is_refused(tmp_path):
     (tmp_path / "x.json").write_text("[1]")
     with pytest.raises(ConfigError, match="is not a bench.json"):
         load_scenes([tmp_path / "x.json"])
+
+
+def test_a_row_above_one_fedavg_bar_only_is_marked_not_beating_it():
+    # FedAvg: test-best .55 per seed, at val-best .50; SCE beats the val bar on both seeds, the
+    # test-best bar on seed 0 only.
+    rows = [_row("fedavg", s, seed, 0.4, 0.55, 0.50) for s in ("default", "tuned") for seed in (0, 1)]
+    scene = {"metric": "acc", "rows": [*rows, _row("sce", "tuned", 0, 0.60, 0.7, 0.6),
+                                       _row("sce", "tuned", 1, 0.52, 0.7, 0.6)], "tuned": {}}
+    sce = next(line for line in scene_table("a", scene).splitlines() if line.startswith("| sce "))
+    assert "| ✗ (-3.0) | ✓ (+2.0) | 0/2 |" in sce
+    assert "| sce | 56.0 ✗ |" in summary_table({"a": scene})
+    assert "Ranking: no row has both settings yet." in scene_table("a", {**scene, "rows": scene["rows"][4:]})
+
+
+def test_bench_table_draws_the_figure(tmp_path, capsys):
+    png = tmp_path / "t.png"
+    cli.main(["bench-table", _bench(tmp_path / "a", {"fedsir_09": SCENE}), "--summary", "--figure", str(png)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().out.startswith("| method (tuned, mean last-10) | fedsir_09 |")
