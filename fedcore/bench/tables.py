@@ -10,7 +10,8 @@ in the row's notes, with the seed counts (default/tuned). Across scenes (`summar
 row's mean last-10, ✓ where both verdicts hold. A multi-label scene's rows hold mAP under the same
 field names (the scene's `metric`); its titles say so.
 
-These are the rules experiments/tuning_table.py applied to tuning.sh's run folders, ported unchanged.
+These are the rules the retired experiments/tuning_table.py applied to tuning.sh's run folders, ported
+unchanged.
 """
 
 from __future__ import annotations
