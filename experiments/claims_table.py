@@ -108,7 +108,8 @@ def results_readme(claims: list[dict]) -> str:
         "tuning protocol: [tuning.md](tuning.md); crash and outage handling:",
         "[reliability.md](reliability.md); the Fashion-MNIST presets' calibration:",
         "[fmnist_calibration.md](fmnist_calibration.md). The scripts behind every table are in",
-        "`experiments/`.",
+        "`experiments/`: the `fedcore bench` grids in `experiments/grids/`, the lab notes' one-off",
+        "diagnostics in `experiments/notes/`.",
         "",
     ])
 

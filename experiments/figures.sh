@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The results pages' figures (docs/results/img/<set>/*.png), drawn by `fedcore report` from the
-# run dirs that the pages' tables were measured on (experiments/tuning.sh writes them).
+# run dirs that the pages' tables were measured on. RUNS holds the FedRG scenes' tuning runs: the OUT
+# of `fedcore bench experiments/grids/fmnist_fedrg.yaml`, or of the retired experiments/tuning.sh that
+# made docs/results/tuning.md's tables (runs/tuning, the same layout).
 #
 # Usage: experiments/figures.sh [RUNS]      (default runs/tuning)
 # Environment: PY (.venv/bin/python), OUT (docs/results/img), FEDGR_RUNS and FEDSIR_RUNS (default
 #   runs/fmnist: the OUT_DIR of `experiments/fedgr.sh` and `experiments/fedsir.sh fmnist`),
-#   FEDHARMONY_RUNS (default runs/fedharmony: the OUT_DIR of `experiments/fedharmony_v3.sh`).
+#   FEDHARMONY_RUNS (default runs/fedharmony: the OUT_DIR of `experiments/fedharmony_v3.sh`),
+#   TUNING_BENCH (the bench OUT dirs of the tuning page's summary figure, below).
 # A set whose runs are not all finished is skipped with a note; the others are redrawn.
 set -euo pipefail
 RUNS=${1:-runs/tuning}
@@ -52,13 +55,16 @@ figure_set fedsir_09 "$F"/fedavg/s{0,1,2} "$F"/fednoro/s{0,1,2} "$F"/fedsir/s{0,
 H=${FEDHARMONY_RUNS:-runs/fedharmony}/scenes_v3
 figure_set fedharmony_v3 "$H"/fedavg/s{0,1,2} "$H"/fedprox/s{0,1,2} "$H"/v3/s{0,1,2}
 
-# The tuning page's summary: default and tuned last-10 of every row, per scene, with FedAvg's two bars
-# (drawn when some scene's tuned FedAvg has finished).
-if compgen -G "$RUNS/*/fedavg/tuned/s0/metrics.json" > /dev/null; then
+# The tuning page's summary: default and tuned last-10 of every row, per scene, with FedAvg's two bars,
+# from the `fedcore bench` results of experiments/grids/fmnist_*.yaml (the OUT dirs in TUNING_BENCH, in
+# the page's scene order); drawn from those that have a bench.json.
+TUNING_BENCH=${TUNING_BENCH:-"runs/bench/fmnist_fedrg runs/bench/fmnist_fedgr runs/bench/fmnist_fedsir_09 \
+runs/bench/fmnist_fedharmony_scenes"}
+bench=()
+for d in $TUNING_BENCH; do if [ -f "$d/bench.json" ]; then bench+=("$d"); fi; done
+if [ ${#bench[@]} -gt 0 ]; then
   mkdir -p "$OUT/tuning"
-  "$PY" experiments/tuning_table.py --figure "$OUT/tuning/summary.png" "$RUNS" \
-    fedrg_sym_localized fedrg_pair_localized fedrg_sym_globalized fedrg_pair_globalized fedgr_sym fedgr_mixed \
-    fedsir_09 fedharmony_scenes >&2
+  "$PY" -m fedcore bench-table --summary --figure "$OUT/tuning/summary.png" "${bench[@]}" >&2
 else
-  echo "figures: tuning summary skipped (no tuned FedAvg under $RUNS)" >&2
+  echo "figures: tuning summary skipped (no bench.json in TUNING_BENCH: $TUNING_BENCH)" >&2
 fi

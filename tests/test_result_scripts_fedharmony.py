@@ -1,4 +1,4 @@
-"""experiments/fedharmony_labels.py still reads what fedcore writes: a short FedAvg run on scenes_mosaic."""
+"""experiments/notes/fedharmony_labels.py still reads what fedcore writes: a short FedAvg run on scenes_mosaic."""
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ def test_fedharmony_labels_reports_the_runs_test_map_and_the_label_tension(tmp_p
     fed = build_federated_dataset(cfg)
     data = fed.save(tmp_path / "data")
     res = run_experiment(cfg, tmp_path / "run", data=fed)
-    out = _run_quiet(load_script("fedharmony_labels").main, data, [res.out_dir]).splitlines()
+    out = _run_quiet(load_script("notes/fedharmony_labels").main, data, [res.out_dir]).splitlines()
     # Tension of client 0 by hand: its annotated-label phi against the size-weighted mean of the other two.
     y = fed.y_train.numpy().astype(float)
     r = [phi_correlation(y[idx], eps=0.0).numpy() for idx in fed.client_indices]

@@ -37,7 +37,7 @@ def fedrg_diag(tmp_path_factory):
     data = build_federated_dataset(cfg).save(tmp / "data")
     (tmp / "cfg.yaml").write_text(cfg.to_yaml())
     detect = fedrg_mod.detect
-    out = _run_quiet(load_script("fedrg_diagnose").main, str(tmp / "cfg.yaml"), str(data), str(tmp / "run"), [])
+    out = _run_quiet(load_script("notes/fedrg_diagnose").main, str(tmp / "cfg.yaml"), str(data), str(tmp / "run"), [])
     # The script wraps fedrg.detect while it runs; later tests need the real one back.
     assert fedrg_mod.detect is detect
     tables = out.split("\n\n")
@@ -130,7 +130,7 @@ def test_fedsir_table_recomputes_means_over_seeds(fedsir_root, capsys):
 
 
 def test_strongview_plain_view_is_the_test_set_itself(monkeypatch, capsys):
-    mod = load_script("fedgr_strongview")
+    mod = load_script("notes/fedgr_strongview")
     # One epoch instead of 40: the check is that views and labels still line up, not how well it learns.
     monkeypatch.setattr(mod, "train_eval", functools.partial(mod.train_eval, epochs=1))
     mod.main()

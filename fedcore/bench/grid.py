@@ -52,7 +52,7 @@ class Variant(Strict):
 HARMONY_V3 = ["method.params.timing=start", "method.params.teacher=pooled", "method.params.weighting=abs",
               "method.params.diagonal=true", "method.params.scale=sum", "method.params.lam_schedule=caa",
               "method.params.gamma_by=median", "method.params.mask_unannotated=true", "method.params.lam=0.1"]
-# The named rows of experiments/tuning.sh.
+# The named rows of docs/results/tuning.md (experiments/grids/fmnist_*.yaml).
 VARIANTS = {"fedgr-robust": Variant(method="fedgr", set=["method.params.profile=robust"]),
             "fedharmony-v3": Variant(method="fedharmony", set=HARMONY_V3)}
 

@@ -3,9 +3,11 @@
     OUT/bench.json                  scenes.<name>: choice, runner_up, margin, means, rows, tuned
     OUT/SCENE/tuned_sweep.yaml      the scene's tuned settings (sweepfile.py's format)
     OUT/SCENE/report/report.md      `fedcore report` over the scene's runs
+    OUT/SCENE/table.md              the scene's table in docs/results/tuning.md's format (tables.py)
 
 A row is one run: method, setting (default|tuned), seed and its final scores; on a multi-label
-scene the same names hold mAP (the scene's `metric` says which).
+scene the same names hold mAP (the scene's `metric` says which). `one_class` marks a run whose
+model predicts a single class on test (the tables name it).
 """
 
 from __future__ import annotations
@@ -46,10 +48,23 @@ def scene_rows(grid: Grid, out: Path, scene: str) -> tuple[list[dict[str, Any]],
     for row, setting, seed, run, s in found:
         rec: dict[str, Any] = {"method": row, "setting": setting, "seed": seed, "run": str(run)}
         rec.update({f: (None if s is None else s.get(k.format(m=metric))) for f, k in FIELDS.items()})
+        if (one := one_class(run)) is not None:
+            rec["one_class"] = one
         if s is None:
             rec["diverged"] = diverged_marker(run).read_text().strip()
         rows.append(rec)
     return rows, metric
+
+
+def one_class(run: Path) -> bool | None:
+    """Whether the run's test confusion matrix (rows true, columns predicted) has one predicted
+    class; None without one (a multi-label run writes none)."""
+    try:
+        matrix = json.loads((run / "confusion.json").read_text())
+        predicted = [sum(c) for c in zip(*matrix, strict=True)]
+    except (OSError, ValueError, TypeError):
+        return None
+    return sum(1 for c in predicted if c) == 1
 
 
 def tuned_params(grid: Grid, out: Path, scene: str) -> dict[str, dict[str, Any]]:
@@ -77,7 +92,8 @@ def write_sweep(grid: Grid, out: Path, scene: str) -> Path | None:
 
 
 def write_results(grid: Grid, out: Path, cli_set: list[str]) -> dict[str, Any]:
-    """bench.json (atomically), each scene's sweep file and report; returns bench.json's content."""
+    """bench.json (atomically), each scene's sweep file, table and report; returns bench.json's content."""
+    from fedcore.bench.tables import scene_table
     from fedcore.io import atomic_write_bytes
     from fedcore.reporting.report import write_report
 
@@ -89,6 +105,7 @@ def write_results(grid: Grid, out: Path, cli_set: list[str]) -> dict[str, Any]:
         report = write_report(runs, out / name / "report") if runs else None
         scenes[name]["sweep"] = str(sweep) if sweep else None
         scenes[name]["report"] = str(report) if report else None
+        write_if_changed(out / name / "table.md", scene_table(name, scenes[name]) + "\n")
     result = {"grid": {**grid.model_dump(mode="json", exclude={"scenes"}), "set": cli_set}, "scenes": scenes}
     atomic_write_bytes(out / "bench.json", json.dumps(result, indent=2).encode())
     return result

@@ -31,7 +31,7 @@ def prepare_data(jobs: list[tuple[Path, str, list[str]]], say: Callable[[str], N
 
 
 def execute(job: Job) -> str:
-    """Run one job to its end: 'done' or 'diverged'. One thread, as tuning.sh's OMP_NUM_THREADS=1
+    """Run one job to its end: 'done' or 'diverged'. One thread, as the tuning page's runs had (OMP_NUM_THREADS=1)
     (a config's train.threads still wins inside the run)."""
     from fedcore.run import cpu_threads
 

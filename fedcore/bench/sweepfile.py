@@ -1,6 +1,6 @@
 """A scene's tuned settings as a sweep file (`method_overrides`), the format of
 configs/sweeps/quickstart_tuned.yaml: `fedcore pipeline run --sweep FILE` (and `fedcore quickstart`)
-run every row at its tuned setting. Written by `fedcore bench` and experiments/tuned_presets.py --sweep.
+run every row at its tuned setting. Written by `fedcore bench` (before it, by experiments/tuned_presets.py).
 """
 
 from __future__ import annotations

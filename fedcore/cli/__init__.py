@@ -40,6 +40,7 @@ app.command("quickstart")(quickstart.quickstart)
 app.command("tune")(tune.tune)
 app.command("report")(report.report)
 app.command("bench")(bench.bench)
+app.command("bench-table")(bench.bench_table)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,5 +1,6 @@
 """`fedcore bench GRID`: tune every method of every scene with the same budget, run the default
-and tuned settings on the reporting seeds, and pick a method per scene on validation."""
+and tuned settings on the reporting seeds, and pick a method per scene on validation.
+`fedcore bench-table OUT...`: the tables of docs/results/tuning.md from one or more bench results."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def bench(
     result = write_results(g, out, cli_set)
     for name, scene in result["scenes"].items():
         console.print(choice_line(name, scene), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"wrote {out / 'bench.json'} (per scene: tuned_sweep.yaml, report/report.md)",
+    console.print(f"wrote {out / 'bench.json'} (per scene: tuned_sweep.yaml, table.md, report/report.md)",
                   markup=False, highlight=False)
 
 
@@ -81,3 +82,29 @@ def int_list(text: str | None, option: str) -> list[int] | None:
 
 def str_list(text: str | None) -> list[str] | None:
     return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
+def bench_table(
+    results: Annotated[list[Path], typer.Argument(help="`fedcore bench` OUT dirs (or their bench.json), one or "
+                                                  "more")],
+    scenes: Annotated[str | None, typer.Option("--scenes", help="scenes to print, in this order, e.g. "
+                                               "fedgr_sym,fedgr_mixed (all otherwise)")] = None,
+    summary: Annotated[bool, typer.Option("--summary", help="one table, methods x scenes: tuned mean "
+                                          "last-10, ✓ where it beats FedAvg's two bars on every seed")] = False,
+    figure: Annotated[Path | None, typer.Option("--figure", help="also draw default and tuned last-10 per "
+                                                "scene, with FedAvg's bars, to this PNG")] = None,
+) -> None:
+    """Print the tables of docs/results/tuning.md from bench results: per scene, default and tuned
+    rows with the verdicts against FedAvg (the table OUT/SCENE/table.md holds too), or --summary."""
+    from fedcore.bench.tables import load_scenes, scene_table, scene_tables, summary_table
+
+    chosen = scene_tables(load_scenes(results), str_list(scenes) or [])
+    if figure is not None:
+        from fedcore.bench.tables import figure_data
+        from fedcore.reporting.plots import paired_bars_figure, save
+
+        panels, refs, metric = figure_data(chosen)
+        save(paired_bars_figure(panels, refs, xlabel=f"last-10 test {metric} (%)"), figure)
+        say(f"wrote {figure}")
+    text = summary_table(chosen) if summary else "\n\n".join(scene_table(n, s) for n, s in chosen.items())
+    console.print(text, markup=False, highlight=False, soft_wrap=True)

@@ -69,6 +69,19 @@ def test_bench_json_holds_the_choice_rows_and_tuned_params(bench):
     assert any(o.startswith("method.params.mu=") for o in spec.method_overrides["fedprox"])
     assert "written by\n# fedcore bench" in Path(scene["sweep"]).read_text()
     assert Path(scene["report"]).is_file() and (Path(scene["report"]).parent / "accuracy.png").is_file()
+    assert all(isinstance(r["one_class"], bool) for r in scene["rows"])  # from each run's confusion.json
+
+
+def test_each_scene_gets_its_table_and_bench_table_prints_it(bench, capsys):
+    from fedcore.bench.tables import scene_table
+
+    scene = json.loads((bench / "bench.json").read_text())["scenes"]["quickstart-tiny"]
+    table = (bench / "quickstart-tiny" / "table.md").read_text()
+    assert table == scene_table("quickstart-tiny", scene) + "\n"
+    assert "| fedavg | 2 (" in table and "| reference | reference | 1/1 |" in table
+    capsys.readouterr()
+    cli.main(["bench-table", str(bench)])
+    assert capsys.readouterr().out == table
 
 
 def test_shuffled_test_accuracies_in_the_runs_leave_the_choice_unchanged(bench, tmp_path):

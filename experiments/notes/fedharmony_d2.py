@@ -1,6 +1,6 @@
 """FedHarmony diagnostic D2 (spec fedharmony.md, v3 notes): how ECL pulls on a trained model.
 
-Usage: .venv/bin/python experiments/fedharmony_d2.py DATA_DIR RUN_DIR [RUN_DIR...]
+Usage: .venv/bin/python experiments/notes/fedharmony_d2.py DATA_DIR RUN_DIR [RUN_DIR...]
 For each run's global model (model.pt), every client of DATA_DIR scores its own images. ECL's
 gradient against BCE's is then measured on each client's whole local set, in logit space, at
 lam = 1 (`stats.correlation_v3.ecl_diagnostics`). Two teachers are used: the leave-one-out

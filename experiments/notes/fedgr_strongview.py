@@ -1,6 +1,6 @@
 """Do FedGR's strong views destroy 8x8 digits? Train the presets' MLP centrally on clean labels.
 
-Usage: .venv/bin/python experiments/fedgr_strongview.py
+Usage: .venv/bin/python experiments/notes/fedgr_strongview.py
 Trains on plain, weak and strong views (FixMatch RandAugment at a few magnitude/cutout
 settings) of the clean digits training split and prints the clean test accuracy, plus the
 accuracy on strong views of the test set. If strong views kept no label information, training

@@ -1,6 +1,6 @@
 """Why FedRG's geometry detector over-flags: record what each client's split sees, score it offline.
 
-Usage: .venv/bin/python experiments/fedrg_diagnose.py CONFIG DATA_DIR OUT_DIR [--set k=v ...]
+Usage: .venv/bin/python experiments/notes/fedrg_diagnose.py CONFIG DATA_DIR OUT_DIR [--set k=v ...]
 Runs FedRG as `fedcore run` would, recording every call of the per-client noise split
 (geometry: 1 - P_clean; small-loss: CE of the received model) with the client's sample
 indices. After the run it prints, per train round (every 5th and the last): the ranking

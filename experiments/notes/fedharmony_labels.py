@@ -1,6 +1,6 @@
 """Where FedHarmony's terms pull on scenes_mosaic: probe finished runs against one data artifact.
 
-Usage: .venv/bin/python experiments/fedharmony_labels.py DATA_DIR RUN_DIR [RUN_DIR...]
+Usage: .venv/bin/python experiments/notes/fedharmony_labels.py DATA_DIR RUN_DIR [RUN_DIR...]
 Prints, from the data (labels only): per client, the distance between the correlation of its
 own annotated labels and its leave-one-out label consensus (what BCE fits on local data vs
 what the alignment asks of it there). Then per run (its global model, model.pt): test AP of

@@ -1,6 +1,6 @@
 """Why FedGR stalls on the digits presets: probe a finished run's global model (model.pt).
 
-Usage: .venv/bin/python experiments/fedgr_diagnose.py RUN_DIR DATA_DIR
+Usage: .venv/bin/python experiments/notes/fedgr_diagnose.py RUN_DIR DATA_DIR
 Prints, on the client training data: the model's max-softmax confidence (quantiles and the
 share above each threshold, with the accuracy of those pseudo-labels against the truth),
 its prediction histogram, and what the pooled GMM sieve would make of its losses on plain

@@ -1,6 +1,6 @@
 """FedHarmony diagnostic D1 (spec fedharmony.md, v3 notes): the oracle teacher.
 
-Usage: .venv/bin/python experiments/fedharmony_d1.py CONFIG DATA_DIR OUT_DIR LAM [LAM...] [-s key=value ...]
+Usage: .venv/bin/python experiments/notes/fedharmony_d1.py CONFIG DATA_DIR OUT_DIR LAM [LAM...] [-s key=value ...]
 Runs FedHarmony with every client's teacher R*_k replaced by the true correlation of the data
 (extras['true_corr']), once per LAM, into OUT_DIR/oracle_lam<LAM>. Everything else is the config's
 method section, plus the -s overrides. If the oracle helps where the consensus does not, the

@@ -1,0 +1,207 @@
+"""The tables of docs/results/tuning.md from bench.json, as pure functions of its scenes.
+
+Per scene (`scene_table`): per method, the default and the tuned setting over the reporting seeds
+(last-10 test score and the test score at the round validation picks, mean ± sample std in %), the
+trials its tune spent, and two verdicts for the tuned row, each on every seed: above FedAvg's
+test-best round (an oracle no user has) and above FedAvg stopped early on validation
+(acc_at_val_best). FedAvg's reference is, per seed and per criterion, the better of its default and
+tuned rows. A verdict reads the seeds both sides finished: a diverged seed drops out of it and is named
+in the row's notes, with the seed counts (default/tuned). Across scenes (`summary_table`): each tuned
+row's mean last-10, ✓ where both verdicts hold. A multi-label scene's rows hold mAP under the same
+field names (the scene's `metric`); its titles say so.
+
+These are the rules the retired experiments/tuning_table.py applied to tuning.sh's run folders, ported
+unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedcore.errors import ConfigError
+
+REFERENCE = "fedavg"  # the method every verdict is against
+Scene = Mapping[str, Any]  # bench.json's scenes.<name>: metric, rows, tuned
+
+
+def seeds_of(scene: Scene, method: str, setting: str) -> dict[int, dict]:
+    """seed -> row of a method's finished runs in one setting (a diverged run has no scores)."""
+    return {r["seed"]: r for r in scene["rows"]
+            if r["method"] == method and r["setting"] == setting and "diverged" not in r}
+
+
+def col(seeds: Mapping[int, Mapping], key: str) -> list[float]:
+    return [r[key] for _, r in sorted(seeds.items()) if r.get(key) is not None]
+
+
+def fmt(vals: Sequence[float]) -> str:
+    """'71.2 ± 3.4' in % (sample std), one value without the ±, '-' for none."""
+    if not vals:
+        return "-"
+    mean = 100 * statistics.fmean(vals)
+    return f"{mean:.1f} ± {100 * statistics.stdev(vals):.1f}" if len(vals) > 1 else f"{mean:.1f}"
+
+
+def verdict(mine: Mapping[int, Mapping], ref: Mapping[int, float], key: str) -> str:
+    """'✓ (+4.0)' when `mine[s][key]` beats `ref[s]` on every seed both have, else '✗ (...)'; the
+    margin is the smallest over those seeds, in points; '-' without a common seed."""
+    common = sorted(s for s in set(mine) & set(ref) if mine[s].get(key) is not None)
+    if not common:
+        return "-"
+    margin = min(mine[s][key] - ref[s] for s in common)
+    return f"{'✓' if all(mine[s][key] > ref[s] for s in common) else '✗'} ({100 * margin:+.1f})"
+
+
+def reference(scene: Scene) -> tuple[dict[int, float], dict[int, float]]:
+    """FedAvg per seed: the better test-best round and the better acc_at_val_best of its two rows."""
+    best: dict[int, float] = {}
+    val: dict[int, float] = {}
+    for setting in ("default", "tuned"):
+        for s, r in seeds_of(scene, REFERENCE, setting).items():
+            if r.get("acc_best") is not None:
+                best[s] = max(best.get(s, 0.0), r["acc_best"])
+            val[s] = max(val.get(s, 0.0), r.get("acc_at_val_best") or 0.0)
+    return best, val
+
+
+def tune_info(tune: Mapping[str, Any] | None) -> str:
+    """'8 (2 pruned, 0 diverged)': the trials a tune finished, '-' without one."""
+    if not tune or tune.get("n_trials") is None:
+        return "-"
+    return f"{tune['n_trials']} ({tune.get('n_pruned') or 0} pruned, {tune.get('n_diverged') or 0} diverged)"
+
+
+def notes(scene: Scene, method: str, setting: str) -> list[str]:
+    """'s1 one class' (a model that predicts one class), then 's2 diverged', in seed order."""
+    rows = sorted((r for r in scene["rows"] if r["method"] == method and r["setting"] == setting),
+                  key=lambda r: r["seed"])
+    return ([f"s{r['seed']} one class" for r in rows if r.get("one_class")]
+            + [f"s{r['seed']} diverged" for r in rows if "diverged" in r])
+
+
+def ranking(means: Mapping[str, Mapping[str, float]]) -> str:
+    """What tuning changed in the order: the rows by mean last-10, default then tuned, over the
+    rows that have both."""
+    both = sorted(set(means["default"]) & set(means["tuned"]))
+    if not both:
+        return "Ranking: no row has both settings yet."
+
+    def order(which: str) -> str:
+        rows = sorted(both, key=lambda m: -means[which][m])
+        return " > ".join(f"{m} {100 * means[which][m]:.1f}" for m in rows)
+
+    return f"Ranking by mean last-10, default: {order('default')}. Tuned: {order('tuned')}."
+
+
+def title(name: str, scene: Scene) -> str:
+    return name + (f" ({scene['metric']})" if scene.get("metric", "acc") != "acc" else "")
+
+
+def methods_of(scene: Scene) -> list[str]:
+    return sorted({r["method"] for r in scene["rows"]})
+
+
+def scene_table(name: str, scene: Scene) -> str:
+    """The scene's section: heading, table, ranking line and FedAvg's reference line."""
+    metric = scene.get("metric", "acc")
+    best, val = reference(scene)
+    lines = [f"### {title(name, scene)}", "",
+             f"| method | trials | default last-10 | default {metric}@val | tuned last-10 | tuned {metric}@val "
+             f"| tuned > FedAvg test-best | tuned > FedAvg {metric}@val | seeds, notes |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    means: dict[str, dict[str, float]] = {"default": {}, "tuned": {}}
+    for m in methods_of(scene):
+        d, t = seeds_of(scene, m, "default"), seeds_of(scene, m, "tuned")
+        for setting, rows in (("default", d), ("tuned", t)):
+            if vals := col(rows, "acc_last10"):
+                means[setting][m] = statistics.fmean(vals)
+        extra = notes(scene, m, "default") + [f"tuned {n}" for n in notes(scene, m, "tuned")]
+        # FedAvg is the reference itself: judging it against the better of its own rows says nothing.
+        v_best, v_val = (("reference",) * 2 if m == REFERENCE
+                         else (verdict(t, best, "acc_last10"), verdict(t, val, "acc_last10")))
+        lines.append(
+            f"| {m} | {tune_info(scene.get('tuned', {}).get(m))} | {fmt(col(d, 'acc_last10'))} "
+            f"| {fmt(col(d, 'acc_at_val_best'))} | {fmt(col(t, 'acc_last10'))} | {fmt(col(t, 'acc_at_val_best'))} "
+            f"| {v_best} | {v_val} | {len(d)}/{len(t)}{'; ' + ', '.join(extra) if extra else ''} |")
+    lines += ["", ranking(means), "",
+              f"FedAvg reference per seed (better of default and tuned): test-best {fmt(list(best.values()))}, "
+              f"{metric}@val {fmt(list(val.values()))}."]
+    return "\n".join(lines)
+
+
+def summary_table(scenes: Mapping[str, Scene]) -> str:
+    """Methods x scenes: each tuned row's mean last-10, ✓ where it beats both FedAvg references on
+    every seed, else ✗; FedAvg's cell is its tuned mean. A row not run on a scene reads "not run"."""
+    cells: dict[str, dict[str, str]] = {}
+    for name, scene in scenes.items():
+        best, val = reference(scene)
+        for m in methods_of(scene):
+            t = seeds_of(scene, m, "tuned")
+            if not (vals := col(t, "acc_last10")):
+                continue
+            mean = f"{100 * statistics.fmean(vals):.1f}"
+            if m == REFERENCE:
+                cells.setdefault(m, {})[name] = f"{mean} (reference)"
+                continue
+            wins = verdict(t, best, "acc_last10").startswith("✓") and verdict(t, val, "acc_last10").startswith("✓")
+            cells.setdefault(m, {})[name] = f"{mean} {'✓' if wins else '✗'}"
+    head = "| method (tuned, mean last-10) | " + " | ".join(title(n, s) for n, s in scenes.items()) + " |"
+    lines = [head, "|---" * (len(scenes) + 1) + "|"]
+    order = sorted(cells, key=lambda m: (m != REFERENCE, m))
+    lines += [f"| {m} | " + " | ".join(cells[m].get(n, "not run") for n in scenes) + " |" for m in order]
+    return "\n".join(lines)
+
+
+def figure_data(scenes: Mapping[str, Scene]) -> tuple[dict, dict, str]:
+    """(panels, refs, metric) for `plots.paired_bars_figure`, in %: per scene and row, the default and
+    tuned last-10 (mean, std); the refs are FedAvg's mean test-best round and stopped-on-validation."""
+    panels: dict[str, dict] = {}
+    refs: dict[str, dict[str, float]] = {}
+    for name, scene in scenes.items():
+        rows: dict[str, dict[str, tuple[float, float]]] = {}
+        for m in methods_of(scene):
+            for setting in ("default", "tuned"):
+                if vals := col(seeds_of(scene, m, setting), "acc_last10"):
+                    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+                    rows.setdefault(m, {})[setting] = (100 * statistics.fmean(vals), 100 * sd)
+        panels[title(name, scene)] = rows
+        best, val = reference(scene)
+        if best:
+            refs[title(name, scene)] = {"FedAvg test-best": 100 * statistics.fmean(best.values()),
+                                        "FedAvg at val-best": 100 * statistics.fmean(val.values())}
+    metrics = {s.get("metric", "acc") for s in scenes.values()}
+    return panels, refs, "/".join(sorted(metrics, key=lambda m: m != "acc")) or "acc"
+
+
+def load_scenes(paths: Iterable[str | Path]) -> dict[str, dict]:
+    """The scenes of one or more bench.json (a file, or a bench OUT dir holding one), in the order
+    given; a scene named in two of them is refused (which one would the table show?)."""
+    scenes: dict[str, dict] = {}
+    for p in map(Path, paths):
+        f = p / "bench.json" if p.is_dir() else p
+        try:
+            data = json.loads(f.read_text())
+            found = data["scenes"]
+        except OSError:
+            raise ConfigError(f"no bench results at '{f}'; pass a `fedcore bench` OUT dir or its bench.json") from None
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(f"'{f}' is not a bench.json (no scenes); pass what `fedcore bench` wrote") from None
+        for name, scene in found.items():
+            if name in scenes:
+                raise ConfigError(f"scene '{name}' is in two of the bench results given; pass each scene once")
+            scenes[name] = scene
+    return scenes
+
+
+def scene_tables(scenes: Mapping[str, Scene], only: Sequence[str] = ()) -> dict[str, Scene]:
+    """The scenes named in `only` (all when empty), in that order; an unknown name is refused."""
+    if not only:
+        return dict(scenes)
+    if missing := [s for s in only if s not in scenes]:
+        raise ConfigError(f"scene {', '.join(missing)} not in the bench results given (they hold: "
+                          f"{', '.join(scenes) or 'none'})")
+    return {s: scenes[s] for s in only}

@@ -1,0 +1,30 @@
+"""Every shipped config validates, and every shipped sweep plans on the quickstart (the tuned
+presets under configs/fmnist/tuned/ and configs/sweeps/*.yaml included)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedcore.registries import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = ROOT / "configs" / "sweeps"
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml")
+                                        if SWEEPS not in p.parents))
+def test_every_shipped_config_validates(path):
+    load_config(ROOT / path, [])
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in SWEEPS.glob("*.yaml")))
+def test_every_shipped_sweep_plans_on_the_quickstart(path):
+    from fedcore.pipeline.plan import load_sweep_spec, plan_sweep, shared_data
+
+    spec = load_sweep_spec(ROOT / path)
+    base = load_config(ROOT / "configs/quickstart.yaml", ["data.validation.fraction=0.1"])
+    methods = list(spec.method_overrides) or [base.method.name]
+    plans = plan_sweep(shared_data(base), spec.model_copy(update={"methods": spec.methods or methods}))
+    assert len(plans[0].runs) == len(methods)
