@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
 import json
@@ -84,21 +85,25 @@ def _one_thread_per_task() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _root_logger_kept() -> Iterator[None]:
-    """Give the root logger's handlers and level back as they were before the pipeline ran.
+    """Give the root logger's handlers and level, and `print`, back as they were before the pipeline ran.
 
-    kfp.local runs a loop's tasks on threads, and each task swaps the root logger's handlers in
-    and out (logging_utils.local_logger_context) without a lock: two tasks that overlap can leave
-    one task's StreamHandler installed for good. That handler writes to this run's log sink, which
-    is closed once the run ends, so every later log record in the process failed with
-    "--- Logging error ---" (seen in a test session: tests after a sweep lost their output).
+    kfp.local runs a loop's tasks on threads, and each task swaps process globals in and out
+    without a lock, so two tasks that overlap leave one task's version installed for good:
+    - the root logger's handlers (logging_utils.local_logger_context): the leftover StreamHandler
+      writes to this run's log sink, closed once the run ends, so every later log record in the
+      process failed with "--- Logging error ---" (tests after a sweep lost their output);
+    - builtins.print (logging_utils.indented_print): the leftover wrapper writes four spaces to
+      stdout before every later print, even a print to stderr, so the next printed line starts
+      indented (tests that parse a script's printed table lost rows, now and then, in the full suite).
     """
     root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    handlers, level, printer = root.handlers[:], root.level, builtins.print
     try:
         yield
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+        builtins.print = printer
 
 
 @contextlib.contextmanager

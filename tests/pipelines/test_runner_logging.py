@@ -1,12 +1,16 @@
-"""run_local hands the root logger back as it found it, whatever kfp.local's task threads left.
+"""run_local hands the root logger and `print` back as it found them, whatever kfp.local's task threads left.
 
 kfp.local's local_logger_context swaps the root logger's handlers per task with no lock; loop
 iterations run on threads, so overlapping tasks can leave one task's handler installed. Before
 the fix, that handler (bound to the run's log sink, closed after the run) turned every later log
 record of the process into "--- Logging error ---", and tests after a sweep lost their output.
+kfp.local's indented_print swaps builtins.print the same way: a leftover wrapper wrote four spaces
+to stdout before every later print, so tests that parse printed tables lost rows in the full suite.
 """
 
+import builtins
 import logging
+import sys
 
 from kfp.local import logging_utils
 from kfp.pipeline_spec import pipeline_spec_pb2
@@ -56,3 +60,41 @@ def test_run_local_restores_the_root_logger_and_later_records_log_cleanly(tmp_pa
     assert "Logging error" not in err
     # What the run logged went to its own log file, through the sink.
     assert "inside the run" in (tmp_path / "kfp-local.log").read_text()
+
+
+def _overlapping_prints() -> None:
+    """kfp's per-task print indentation, overlapping as two threads' would."""
+    a, b = logging_utils.indented_print(), logging_utils.indented_print()
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    b.__exit__(None, None, None)
+
+
+def test_overlapping_kfp_print_indents_leave_an_indenting_print_behind(capsys):
+    # The race itself: afterwards every print, even one to stderr, writes four spaces to stdout first.
+    original = builtins.print
+    try:
+        _overlapping_prints()
+        assert builtins.print is not original
+        print("| row |", file=sys.stderr)
+        assert capsys.readouterr().out == "    "
+    finally:
+        builtins.print = original
+
+
+class _FakeIndentingPipeline(_FakePipeline):
+    def __call__(self):
+        _overlapping_prints()
+        return None
+
+
+def test_run_local_restores_print_and_later_output_is_not_indented(tmp_path, capsys):
+    original = builtins.print
+    try:
+        runner.run_local(_FakeIndentingPipeline(), tmp_path, echo=False)
+        assert builtins.print is original
+        print("| fedavg (1) | 84.9 |")
+        assert capsys.readouterr().out == "| fedavg (1) | 84.9 |\n"
+    finally:
+        builtins.print = original
