@@ -1,0 +1,90 @@
+"""`fedcore pipeline compile|run bench GRID`: the bench protocol (`fedcore bench`) as a pipeline.
+
+The grid takes the config argument's place. Every scene gets the tracking settings as
+overrides after its own (`tracking.backend=mlflow`, and for --local the run dir's embedded
+store), so tunes, runs, the parent run and the registry share one MLflow store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from fedcore.errors import UserError
+
+
+def tracking_overrides(tracking: bool, local_root: Path | None) -> list[str]:
+    if not tracking:
+        return ["tracking.backend=none"]
+    from fedcore.cli.pipeline import local_store
+
+    store = local_store(local_root) if local_root is not None else {}
+    return ["tracking.backend=mlflow", *(f"tracking.{k}={v}" for k, v in store.items())]
+
+
+def bench_pipeline(args: dict[str, Any], local_root: Path | None = None) -> tuple[Any, Any]:
+    """(pipeline, grid) of `fedcore pipeline ... bench GRID` with the CLI's options."""
+    from fedcore.bench.grid import load_grid
+    from fedcore.bench.plan import shared_overrides
+    from fedcore.cli.pipeline import _options
+    from fedcore.registries import load_config
+    from pipelines import build_pipeline
+
+    if args.get("config") is None:
+        raise UserError("pass the grid: fedcore pipeline compile bench GRID.yaml (e.g. experiments/grids/tiny.yaml)")
+    if args.get("sweep") is not None or args.get("data_prefix"):
+        raise UserError("--sweep and --data-prefix are not bench options; a grid names the methods and seeds")
+    user = list(args.get("set_") or [])
+    grid = load_grid(args["config"], seeds=args.get("seed") or None, methods=args.get("method") or None, shared=user)
+    cli_set = [*tracking_overrides(args.get("tracking", True), local_root), *user]
+    first = next(iter(grid.scenes.values()))
+    base = load_config(first.config, shared_overrides(grid, first, cli_set))  # the parent run's tracking settings
+    options = _options({k: v for k, v in args.items() if k not in ("method", "seed", "sweep")}, local_root is not None)
+    options = dataclasses.replace(options, grid=grid, overrides=tuple(cli_set))
+    return build_pipeline("bench", base, options), grid
+
+
+def compile_bench(args: dict[str, Any], out: Path | None) -> str:
+    """Compile; returns the line the CLI prints."""
+    from pipelines.runner import compile_pipeline, load_specs
+
+    pipeline, grid = bench_pipeline(args)
+    path = compile_pipeline(pipeline, out or Path("bench.yaml"))
+    spec, _ = load_specs(path)
+    inputs = ", ".join(sorted(spec.root.input_definitions.parameters))
+    return (f"wrote {path} ({len(grid.scenes)} scenes x {len(grid.methods)} methods, {grid.trials} trials, "
+            f"seeds {grid.seeds}; run-time inputs: {inputs})")
+
+
+def run_bench(args: dict[str, Any], out: Path, console: Any) -> Any:
+    """Run locally under kfp.local; returns bench.json's content (the last choose task's output)."""
+    import json
+
+    from pipelines.runner import run_local
+
+    if args.get("package") is not None or args.get("runner", "subprocess") != "subprocess":
+        raise UserError("`pipeline run bench` runs the grid itself under the subprocess runner; "
+                        "drop --package and --runner")
+    pipeline, _ = bench_pipeline(args, out)
+    console.print(f"running pipeline [bold]bench[/] locally (task logs: {out / 'kfp-local.log'})")
+    result = run_local(pipeline, out)
+    # The scenes' choose tasks are chained: the last bench.json holds every scene.
+    found = [json.loads(p.read_text()) for p in sorted((result.run_dir or out).glob("**/bench.json"))]
+    return max(found, key=lambda b: len(b.get("scenes", {})), default={})
+
+
+def print_bench(result: dict[str, Any], out: Path, console: Any) -> None:
+    """Each scene's choice line (as `fedcore bench` prints it), its registered model, and where things are."""
+    from fedcore.cli.bench import choice_line
+
+    for name, scene in result.get("scenes", {}).items():
+        console.print(choice_line(name, scene), markup=False, highlight=False, soft_wrap=True)
+        if scene.get("model"):
+            m = scene["model"]
+            console.print(f"  registered {m['name']} version {m['version']} as @{m['alias']} (tuned run, seed "
+                          f"{m['seed']})", markup=False, highlight=False, soft_wrap=True)
+        if scene.get("sweep"):
+            console.print(f"  sweep file: {scene['sweep']}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"run dir: {out}  (kfp artifacts in {out / 'kfp'}, task logs in {out / 'kfp-local.log'})",
+                  soft_wrap=True, markup=False, highlight=False)
