@@ -155,7 +155,10 @@ def compile_cmd(name: NameArg,
                 parallelism: ParallelOpt = 0, image: ImageOpt = None, gpu_type: GpuTypeOpt = None,
                 gpus: GpusOpt = None, workers: WorkersOpt = None, node_selector: SelectorOpt = None,
                 resource: ResourceOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
-                tracking: TrackOpt = True) -> None:
+                tracking: TrackOpt = True,
+                katib: Annotated[bool, typer.Option("--katib", help="bench: also write each (scene, method) tune "
+                                                    "as a Katib Experiment, to OUT's stem + .katib.yaml")] = False,
+                ) -> None:
     """Compile a pipeline into a KFP package (checked by parsing it back); the config and the
     --set list become the defaults of its run-time inputs `config` and `overrides`."""
     from pipelines.runner import compile_pipeline, load_specs
@@ -165,6 +168,8 @@ def compile_cmd(name: NameArg,
 
         console.print(compile_bench(locals(), out), soft_wrap=True, markup=False, highlight=False)
         return
+    if katib:
+        raise UserError("--katib applies to the bench pipeline (fedcore pipeline compile bench GRID --katib)")
     base = base_config(config, tracking, None)
     cfg = load_pipeline_config(config, set_, tracking, None)
     path = compile_pipeline(build(name, base, locals()), out or Path(f"{name}.yaml"))
@@ -289,7 +294,12 @@ def submit_cmd(name: NameArg,
     check_host(host)
     args = locals()
     with tempfile.TemporaryDirectory(prefix="fedcore-pipeline-") as tmp:
-        if package is not None:
+        if name == "bench":
+            from fedcore.cli.pipeline_bench import bench_package
+
+            package, args = bench_package(args, Path(tmp))
+            cfg = package_config(package, [])
+        elif package is not None:
             cfg = package_config(package, set_)
         else:
             cfg = load_pipeline_config(config, set_, tracking, None)

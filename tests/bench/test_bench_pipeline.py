@@ -127,3 +127,24 @@ def test_the_selected_run_is_the_best_validation_score_never_test():
 def test_records_split_into_rows_and_tunes():
     rows, tunes = split_records([{"method": "a", "tune": {"n_trials": 1}}, {"method": "a", "setting": "tuned"}])
     assert rows == [{"method": "a", "setting": "tuned"}] and tunes == {"a": {"method": "a", "tune": {"n_trials": 1}}}
+
+
+def test_katib_writes_a_valid_experiment_per_scene_and_method_on_the_tuning_seed(tmp_path, capsys):
+    from fedcore.tuning.katib import validate_experiment
+
+    out = tmp_path / "bench.yaml"
+    cli.main(["pipeline", "compile", "bench", str(_grid(tmp_path)), "--out", str(out), "--katib"])
+    objects = list(yaml.safe_load_all((tmp_path / "bench.katib.yaml").read_text()))
+    experiments = [o for o in objects if o["kind"] == "Experiment"]
+    assert [e["metadata"]["name"] for e in experiments] == [f"fedcore-bench-{SCENE}-fedavg",
+                                                           f"fedcore-bench-{SCENE}-fedprox"]
+    assert all(validate_experiment(e) == [] and e["spec"]["maxTrialCount"] == 1 for e in experiments)
+    configs = [yaml.safe_load(o["data"]["experiment.yaml"]) for o in objects if o["kind"] == "ConfigMap"]
+    assert [(c["method"]["name"], c["seed"]) for c in configs] == [("fedavg", 100), ("fedprox", 100)]
+    assert all(c["data"]["validation"]["fraction"] == 0.1 for c in configs)
+
+
+def test_katib_is_a_bench_option(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["pipeline", "compile", "sweep", "--out", str(tmp_path / "s.yaml"), "--katib"])
+    assert exit_info.value.code == 2 and "--katib applies to the bench pipeline" in capsys.readouterr().err
