@@ -166,7 +166,8 @@ def compile_cmd(name: NameArg,
     if name == "bench":
         from fedcore.cli.pipeline_bench import compile_bench
 
-        console.print(compile_bench(locals(), out), soft_wrap=True, markup=False, highlight=False)
+        line = compile_bench(locals(), out, _options(locals()))
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
         return
     if katib:
         raise UserError("--katib applies to the bench pipeline (fedcore pipeline compile bench GRID --katib)")
@@ -202,7 +203,9 @@ def run_cmd(name: NameArg,
     if name == "bench":
         from fedcore.cli.pipeline_bench import print_bench, run_bench
 
-        print_bench(run_bench(locals(), out, console), out, console)
+        args = locals()
+        store = local_store(out) if tracking else {}
+        print_bench(run_bench(args, out, console, _options(args, local=True), store), out, console)
         return
     docker = from_options(locals())
     task_env = None if docker is None else docker.env
@@ -297,7 +300,7 @@ def submit_cmd(name: NameArg,
         if name == "bench":
             from fedcore.cli.pipeline_bench import bench_package
 
-            package, args = bench_package(args, Path(tmp))
+            package, args = bench_package(args, Path(tmp), _options(args))
             cfg = package_config(package, [])
         elif package is not None:
             cfg = package_config(package, set_)

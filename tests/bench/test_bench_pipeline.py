@@ -71,8 +71,7 @@ def local_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)  # the run dir's embedded store
         cli.main(["pipeline", "run", "bench", str(_grid(tmp)), "--local", "--out", str(out)])
-    bench = max(out.glob("kfp/*/**/bench.json"), key=lambda p: len(p.read_text()))
-    return out, json.loads(bench.read_text())
+    return out, json.loads((out / "bench.json").read_text())  # copied where `fedcore bench` writes it
 
 
 def test_the_choice_is_choose_over_the_rows_and_the_sweep_file_records_it(local_run):
@@ -84,6 +83,7 @@ def test_the_choice_is_choose_over_the_rows_and_the_sweep_file_records_it(local_
     want = choose(scene["rows"], [0])
     assert {k: scene[k] for k in want} == want and scene["choice"] in ("fedavg", "fedprox")
     assert {m: t["n_trials"] for m, t in scene["tuned"].items()} == {"fedavg": 1, "fedprox": 1}
+    assert scene["sweep"] == str(local_run[0] / SCENE / "tuned_sweep.yaml")
     spec = load_sweep_spec(scene["sweep"])
     assert spec.selected == scene["choice"] and set(spec.method_overrides) == {"fedavg", "fedprox"}
     assert any(o.startswith("method.params.mu=") for o in spec.method_overrides["fedprox"])
