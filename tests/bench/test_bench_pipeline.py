@@ -55,6 +55,23 @@ def test_the_compiled_package_is_kfp_ir_with_a_tune_loop_over_methods_and_a_defa
     assert overrides == ["tracking.backend=mlflow"]  # after the scene's own set: it wins
 
 
+def test_scenes_are_unrolled_and_their_choose_tasks_chained_with_the_clis_methods_and_seeds(tmp_path, capsys):
+    grid = _grid(tmp_path)
+    data = yaml.safe_load(grid.read_text())
+    data["scenes"]["clean"] = {**data["scenes"][SCENE], "set": [*data["scenes"][SCENE]["set"], "noise.type=none"]}
+    grid.write_text(yaml.safe_dump(data))
+    out = tmp_path / "bench.yaml"
+    cli.main(["pipeline", "compile", "bench", str(grid), "--out", str(out), "--method", "fedprox", "--seed", "3"])
+    d = json_format.MessageToDict(load_specs(out)[0])
+    tasks = d["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    assert {"bench-data", "bench-data-2", "choose", "choose-2"} <= set(tasks)
+    assert "choose" in tasks["choose-2"]["dependentTasks"]  # the second scene's bench.json extends the first's
+    items = [json.loads(v["parameterIterator"]["items"]["raw"]) for v in tasks.values() if "parameterIterator" in v]
+    assert sorted(map(json.dumps, items)) == sorted(2 * [json.dumps([{"row": "fedprox", "setting": "tuned"}]),
+                                                         json.dumps([{"row": "fedprox", "seed": 3,
+                                                                      "setting": "default"}])])
+
+
 def test_a_bad_grid_fails_in_one_line_with_exit_code_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["pipeline", "compile", "bench", str(_grid(tmp_path, tuning_seed=0)), "--out",
