@@ -176,6 +176,7 @@ def compile_cmd(name: NameArg,
     path = compile_pipeline(build(name, base, locals()), out or Path(f"{name}.yaml"))
     spec, _ = load_specs(path)
     inputs = ", ".join(sorted(spec.root.input_definitions.parameters))
+    cfg = package_config(path, set_)  # what it trains: retrain --sweep changed the config input
     console.print(f"wrote {path} ({len(spec.root.dag.tasks)} top-level tasks, config {cfg.config_hash()}; "
                   f"run-time inputs: {inputs})")
 

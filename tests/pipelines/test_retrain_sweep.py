@@ -12,7 +12,7 @@ from fedcore import cli
 from fedcore.bench.sweepfile import tuned_sweep
 from fedcore.errors import ConfigError
 from fedcore.pipeline.plan import SweepSpec, load_sweep_spec, plan_sweep, selected_overrides, shared_data
-from fedcore.registries import load_config
+from fedcore.registries import config_from_dict, load_config
 from pipelines.runner import load_specs
 
 CONFIG = "configs/quickstart.yaml"
@@ -31,11 +31,13 @@ def _compiled_config(tmp_path, *argv: str) -> dict:
     return json.loads(spec.root.input_definitions.parameters["config"].default_value.string_value)
 
 
-def test_retrain_trains_the_files_selected_method_at_its_overrides(tmp_path):
+def test_retrain_trains_the_files_selected_method_at_its_overrides(tmp_path, capsys):
     (tmp_path / "tuned.yaml").write_text(SWEEP)
     cfg = _compiled_config(tmp_path, "--sweep", str(tmp_path / "tuned.yaml"))
     assert cfg["method"]["name"] == "fedprox" and cfg["method"]["params"]["mu"] == 0.25
     assert cfg["train"]["lr"] == 0.02
+    # The hash it prints is the compiled config's, not the config file's.
+    assert f"config {config_from_dict(cfg).config_hash()};" in capsys.readouterr().out
 
 
 def test_method_names_another_row_of_the_file(tmp_path):
