@@ -1,4 +1,5 @@
-"""Pipeline definitions: `experiment`, `sweep`, `retrain`, built per config at compile time.
+"""Pipeline definitions: `experiment`, `sweep`, `retrain`, built per config at compile time, and
+`bench`, built per grid (`cfg` then holds only its tracking settings).
 
 `build_pipeline(name, cfg, options)` returns the kfp pipeline object; the same object is
 compiled for a cluster (`runner.compile_pipeline`) or run on a laptop (`runner.run_local`).
@@ -27,6 +28,8 @@ class PipelineOptions:
     model_name: str = ""  # retrain: registered model name
     overrides: tuple[str, ...] = ()  # the `overrides` input's default (the --set list)
     fold: bool = False  # sweep: one task per run, the shape kfp.local can run side by side (pipelines.sweep)
+    sweep_file: str = ""  # where `sweep` came from, for error messages
+    grid: Any = None  # bench: the loaded fedcore.bench.grid.Grid
 
 
 def _experiment(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
@@ -42,13 +45,25 @@ def _sweep(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
 
 
 def _retrain(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
+    from fedcore.pipeline.plan import apply, selected_overrides
     from pipelines.retrain import build
 
+    if o.sweep != SweepSpec():  # --sweep FILE (e.g. fedcore bench's tuned_sweep.yaml) and/or --method
+        where = f"sweep file '{o.sweep_file}'" if o.sweep_file else "the sweep"
+        cfg = apply(cfg, selected_overrides(o.sweep, cfg, where))  # the config input trains the chosen row
     return build(cfg, o.resources, o.data_prefix, o.model_name, o.overrides)
 
 
+def _bench(cfg: ExperimentConfig, o: PipelineOptions) -> Any:
+    from pipelines.bench import build
+
+    if o.grid is None:
+        raise UserError("the bench pipeline needs a grid: fedcore pipeline compile bench GRID.yaml")
+    return build(o.grid, cfg, o.resources, o.overrides, o.parallelism, o.model_name)
+
+
 BUILDERS: dict[str, Callable[[ExperimentConfig, PipelineOptions], Any]] = {
-    "experiment": _experiment, "sweep": _sweep, "retrain": _retrain,
+    "experiment": _experiment, "sweep": _sweep, "retrain": _retrain, "bench": _bench,
 }
 
 

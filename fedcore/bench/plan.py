@@ -101,6 +101,15 @@ def diverged_marker(run: Path) -> Path:
     return run.parent / f"{run.name}.diverged"
 
 
+def row_base(grid: Grid, name: str, row: str, cli_set: list[str]) -> list[str]:
+    """A row's overrides of its scene's config, before any seed: the shared ones, then its own."""
+    from fedcore.registries import load_config
+
+    scene = grid.scenes[name]
+    shared = shared_overrides(grid, scene, cli_set)
+    return [*shared, *row_overrides(grid, row, load_config(scene.config, shared).method.name)]
+
+
 def plan_grid(grid: Grid, out: Path, cli_set: list[str]) -> tuple[list[Job], dict[Job, list[Job]]]:
     """(tunes and default runs, each tune's tuned runs): every config loaded, so a bad method
     param or key fails here, before anything runs."""
@@ -109,10 +118,8 @@ def plan_grid(grid: Grid, out: Path, cli_set: list[str]) -> tuple[list[Job], dic
     first: list[Job] = []
     after: dict[Job, list[Job]] = {}
     for name, scene in grid.scenes.items():
-        shared = shared_overrides(grid, scene, cli_set)
-        own = load_config(scene.config, shared).method.name
         for row in grid.methods:
-            base = [*shared, *row_overrides(grid, row, own)]
+            base = row_base(grid, name, row, cli_set)
             load_config(scene.config, [*base, *seed_overrides(scene, grid.tuning_seed)])
             tune = tune_job(grid, out, name, row, base)
             first.append(tune)

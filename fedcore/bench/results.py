@@ -44,16 +44,20 @@ def scene_rows(grid: Grid, out: Path, scene: str) -> tuple[list[dict[str, Any]],
                 if s is not None or diverged_marker(run).is_file():
                     found.append((row, setting, seed, run, s))
     metric = "mAP" if any(s and "final/mAP_last10" in s for *_, s in found) else "acc"
-    rows = []
-    for row, setting, seed, run, s in found:
-        rec: dict[str, Any] = {"method": row, "setting": setting, "seed": seed, "run": str(run)}
-        rec.update({f: (None if s is None else s.get(k.format(m=metric))) for f, k in FIELDS.items()})
-        if (one := one_class(run)) is not None:
-            rec["one_class"] = one
-        if s is None:
-            rec["diverged"] = diverged_marker(run).read_text().strip()
-        rows.append(rec)
-    return rows, metric
+    return [run_row(row, setting, seed, run, metric) for row, setting, seed, run, _ in found], metric
+
+
+def run_row(row: str, setting: str, seed: int, run: Path, metric: str | None = None) -> dict[str, Any]:
+    """One run's row (its scores, or why it diverged); metric: acc or mAP (default: what the run logged)."""
+    s = summary_of(run)
+    metric = metric or ("mAP" if s and "final/mAP_last10" in s else "acc")
+    rec: dict[str, Any] = {"method": row, "setting": setting, "seed": seed, "run": str(run)}
+    rec.update({f: (None if s is None else s.get(k.format(m=metric))) for f, k in FIELDS.items()})
+    if (one := one_class(run)) is not None:
+        rec["one_class"] = one
+    if s is None:
+        rec["diverged"] = diverged_marker(run).read_text().strip()
+    return rec
 
 
 def one_class(run: Path) -> bool | None:
@@ -81,13 +85,16 @@ def scene_result(grid: Grid, out: Path, scene: str) -> dict[str, Any]:
             "tuned": tuned_params(grid, out, scene), "rows": rows}
 
 
-def write_sweep(grid: Grid, out: Path, scene: str) -> Path | None:
+def write_sweep(grid: Grid, out: Path, scene: str, choice: str | None = None) -> Path | None:
+    """OUT/SCENE/tuned_sweep.yaml from the scene's tunes, with the choice as `selected` (if any)."""
     tunes = {r: t for r, t in read_tunes(out / scene).items() if r in grid.methods}
     if not tunes:
         return None
     path = out / scene / "tuned_sweep.yaml"
     fixed = {row: grid.variant(row).set for row in tunes}
-    write_if_changed(path, sweep_text(scene, out / scene, tunes, grid.validation_fraction, "fedcore bench", fixed))
+    selected = (choice, grid.variant(choice).method) if choice in tunes else None
+    write_if_changed(path, sweep_text(scene, out / scene, tunes, grid.validation_fraction, "fedcore bench", fixed,
+                                      selected))
     return path
 
 
@@ -100,7 +107,7 @@ def write_results(grid: Grid, out: Path, cli_set: list[str]) -> dict[str, Any]:
     scenes = {}
     for name in grid.scenes:
         scenes[name] = scene_result(grid, out, name)
-        sweep = write_sweep(grid, out, name)
+        sweep = write_sweep(grid, out, name, scenes[name]["choice"])
         runs = [Path(r["run"]) for r in scenes[name]["rows"] if "diverged" not in r]
         report = write_report(runs, out / name / "report") if runs else None
         scenes[name]["sweep"] = str(sweep) if sweep else None

@@ -1,6 +1,7 @@
 """A scene's tuned settings as a sweep file (`method_overrides`), the format of
 configs/sweeps/quickstart_tuned.yaml: `fedcore pipeline run --sweep FILE` (and `fedcore quickstart`)
-run every row at its tuned setting. Written by `fedcore bench` (before it, by experiments/tuned_presets.py).
+run every row at its tuned setting, and `fedcore pipeline run|compile retrain --sweep FILE` its `selected`
+row (the bench's choice). Written by `fedcore bench` (before it, by experiments/tuned_presets.py).
 """
 
 from __future__ import annotations
@@ -20,23 +21,30 @@ SWEEP_HEADER = """\
 """
 
 
-def tuned_sweep(tunes: Mapping[str, dict], fixed: Mapping[str, Sequence[str]] | None = None) -> dict:
+def tuned_sweep(tunes: Mapping[str, dict], fixed: Mapping[str, Sequence[str]] | None = None,
+                selected: tuple[str, str] | None = None) -> dict:
     """A sweep file's method_overrides: each row's fixed params (a variant's, e.g. FedGR's
     profile=robust), then its best_params as overrides, at full precision so the sweep reruns
-    the tuned setting exactly."""
+    the tuned setting exactly. selected: (row, its registered method) the bench chose, recorded
+    as `selected` (plus `selected_method` for a variant row) for `fedcore pipeline ... retrain --sweep`."""
     fixed = fixed or {}
-    return {"method_overrides": {row: [*fixed.get(row, []), *(f"{k}={v!r}" for k, v in tune["best_params"].items())]
-                                 for row, tune in sorted(tunes.items())}}
+    head: dict = {}
+    if selected is not None:
+        row, method = selected
+        head = {"selected": row, **({"selected_method": method} if method != row else {})}
+    return {**head, "method_overrides": {row: [*fixed.get(row, []),
+                                               *(f"{k}={v!r}" for k, v in tune["best_params"].items())]
+                                         for row, tune in sorted(tunes.items())}}
 
 
 def sweep_text(scene: str, runs: Path, tunes: Mapping[str, dict], fraction: float, writer: str,
-               fixed: Mapping[str, Sequence[str]] | None = None) -> str:
+               fixed: Mapping[str, Sequence[str]] | None = None, selected: tuple[str, str] | None = None) -> str:
     """The whole file: the header saying where the values come from, then the YAML."""
     first = next(iter(tunes.values()))
     counts = sorted({t["n_trials"] for t in tunes.values()})
     header = SWEEP_HEADER.format(scene=scene, writer=writer, runs=runs, n="/".join(map(str, counts)),
                                  seed=first["seed"], objective=first["objective"], fraction=fraction)
-    return header + yaml.safe_dump(tuned_sweep(tunes, fixed), sort_keys=False, width=120)
+    return header + yaml.safe_dump(tuned_sweep(tunes, fixed, selected), sort_keys=False, width=120)
 
 
 def read_tunes(scene_dir: Path) -> dict[str, dict]:

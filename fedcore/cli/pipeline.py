@@ -15,11 +15,12 @@ from fedcore.errors import ConfigError, UserError
 app = typer.Typer(help="Compile, run locally, submit and schedule the Kubeflow pipelines.", no_args_is_help=True)
 console = make_console()
 
-NameArg = Annotated[str, typer.Argument(help="pipeline: experiment, sweep or retrain")]
+NameArg = Annotated[str, typer.Argument(help="pipeline: experiment, sweep, retrain or bench (then pass a grid)")]
 SetOpt = set_option("dotted config override (repeatable); passed as the run-time input `overrides`")
 MethodsOpt = Annotated[list[str] | None, typer.Option("--method", help="sweep: a method to include (repeatable)")]
 SeedsOpt = Annotated[list[int] | None, typer.Option("--seed", help="sweep: a training seed (repeatable)")]
-SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="sweep YAML: methods, seeds, settings")]
+SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="sweep YAML: methods, seeds, settings; retrain: "
+                                                "train its `selected` method (or --method) at its overrides")]
 ImageOpt = Annotated[str | None, typer.Option("--image", help="container image of every task")]
 GpuTypeOpt = Annotated[str | None, typer.Option("--gpu-type", help="accelerator resource, e.g. nvidia.com/gpu")]
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="accelerators per training stage (0 = CPU)")]
@@ -70,7 +71,8 @@ def _options(ctx_args: dict[str, Any], local: bool = False) -> Any:
     spec = load_sweep_spec(ctx_args.get("sweep"), {"methods": ctx_args.get("method"), "seeds": ctx_args.get("seed")})
     return PipelineOptions(resources=res, sweep=spec, data_prefix=ctx_args.get("data_prefix") or "",
                            model_name=ctx_args.get("model_name") or "", parallelism=ctx_args.get("parallelism") or 0,
-                           overrides=tuple(ctx_args.get("set_") or ()), fold=bool(local and ctx_args.get("fold")))
+                           overrides=tuple(ctx_args.get("set_") or ()), fold=bool(local and ctx_args.get("fold")),
+                           sweep_file=str(ctx_args.get("sweep") or ""))
 
 
 def local_resources(res: Any) -> Any:
@@ -153,16 +155,28 @@ def compile_cmd(name: NameArg,
                 parallelism: ParallelOpt = 0, image: ImageOpt = None, gpu_type: GpuTypeOpt = None,
                 gpus: GpusOpt = None, workers: WorkersOpt = None, node_selector: SelectorOpt = None,
                 resource: ResourceOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
-                tracking: TrackOpt = True) -> None:
+                tracking: TrackOpt = True,
+                katib: Annotated[bool, typer.Option("--katib", help="bench: also write each (scene, method) tune "
+                                                    "as a Katib Experiment, to OUT's stem + .katib.yaml")] = False,
+                ) -> None:
     """Compile a pipeline into a KFP package (checked by parsing it back); the config and the
     --set list become the defaults of its run-time inputs `config` and `overrides`."""
     from pipelines.runner import compile_pipeline, load_specs
 
+    if name == "bench":
+        from fedcore.cli.pipeline_bench import compile_bench
+
+        line = compile_bench(locals(), out, _options(locals()))
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+        return
+    if katib:
+        raise UserError("--katib applies to the bench pipeline (fedcore pipeline compile bench GRID --katib)")
     base = base_config(config, tracking, None)
     cfg = load_pipeline_config(config, set_, tracking, None)
     path = compile_pipeline(build(name, base, locals()), out or Path(f"{name}.yaml"))
     spec, _ = load_specs(path)
     inputs = ", ".join(sorted(spec.root.input_definitions.parameters))
+    cfg = package_config(path, set_)  # what it trains: retrain --sweep changed the config input
     console.print(f"wrote {path} ({len(spec.root.dag.tasks)} top-level tasks, config {cfg.config_hash()}; "
                   f"run-time inputs: {inputs})")
 
@@ -187,6 +201,13 @@ def run_cmd(name: NameArg,
     from pipelines.docker import from_options
 
     out = local_folder(out)
+    if name == "bench":
+        from fedcore.cli.pipeline_bench import print_bench, run_bench
+
+        args = locals()
+        store = local_store(out) if tracking else {}
+        print_bench(run_bench(args, out, console, _options(args, local=True), store), out, console)
+        return
     docker = from_options(locals())
     task_env = None if docker is None else docker.env
     if package is not None:
@@ -277,7 +298,12 @@ def submit_cmd(name: NameArg,
     check_host(host)
     args = locals()
     with tempfile.TemporaryDirectory(prefix="fedcore-pipeline-") as tmp:
-        if package is not None:
+        if name == "bench":
+            from fedcore.cli.pipeline_bench import bench_package
+
+            package, args = bench_package(args, Path(tmp), _options(args))
+            cfg = package_config(package, [])
+        elif package is not None:
             cfg = package_config(package, set_)
         else:
             cfg = load_pipeline_config(config, set_, tracking, None)

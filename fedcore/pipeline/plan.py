@@ -40,6 +40,10 @@ class SweepSpec(BaseModel):
         default_factory=dict, description="method name -> overrides for that method's runs in every setting, "
         "e.g. {coteaching: [train.lr=0.03, method.params.forget_rate=0.09]} for its tuned setting"
     )
+    selected: str = Field("", description="the row `fedcore bench` chose (a method_overrides key); the retrain "
+                          "pipeline trains it with --sweep FILE; a sweep ignores it")
+    selected_method: str = Field("", description="the registered method of `selected` when that row is a variant "
+                                 "(e.g. fedgr for fedgr-robust); empty: `selected` is a method")
 
 
 StageShape = tuple[tuple[str, tuple[str, ...]], ...]  # (stage name, what it yields) per stage
@@ -202,6 +206,21 @@ def _check_same_stages(plans: list[SettingPlan]) -> None:
     for p in plans[1:]:
         if [r.stages for r in p.runs] != first:
             raise ConfigError(f"setting '{p.name}' changes the stages of a method; sweep it in its own pipeline")
+
+
+def selected_overrides(spec: SweepSpec, base: ExperimentConfig, where: str = "the sweep file") -> list[str]:
+    """The overrides that make `base` train one row of a sweep file at its setting (the retrain
+    pipeline): the row named with --method (the spec's one method), else the file's `selected`."""
+    if len(spec.methods) > 1:
+        raise ConfigError(f"retrain trains one method; {where} with --method names {spec.methods}: keep one")
+    row = spec.methods[0] if spec.methods else spec.selected
+    if not row:
+        raise ConfigError(f"{where} has no selected method (fedcore bench writes `selected: METHOD`); "
+                          f"pass --method with one of: {', '.join(spec.method_overrides) or 'a registered method'}")
+    method = spec.selected_method if row == spec.selected and spec.selected_method else row
+    own = spec.method_overrides.get(row, [])
+    check_own_overrides(row, own)
+    return [*method_overrides(base, method), *own]
 
 
 def load_sweep_spec(path: str | Path | None, overrides: dict[str, Any] | None = None) -> SweepSpec:

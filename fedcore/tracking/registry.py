@@ -1,9 +1,10 @@
-"""MLflow model registry: register a run's logged model, find and move the `champion` alias.
+"""MLflow model registry: register a run's logged model, find and move the `champion` alias
+(and the bench's `selected`).
 
 A version's source is the run's LoggedModel (`models:/<model id>`), so
 `mlflow.pyfunc.load_model("models:/NAME@champion")` loads and predicts.
 
-Only the calls the retrain pipeline needs; the decision itself is pure
+Only the calls the retrain and bench pipelines need; the decision itself is pure
 (`fedcore.pipeline.retrain.decide`) and lives outside this module.
 """
 
@@ -93,7 +94,11 @@ class ModelRegistry:
         return Version(name, str(mv.version), run_id)
 
     def promote(self, version: Version) -> None:
-        self._call("set alias", self.client.set_registered_model_alias, version.name, CHAMPION, version.version)
+        self.set_alias(version, CHAMPION)
+
+    def set_alias(self, version: Version, alias: str) -> None:
+        """Point `alias` (champion, or the bench's selected) at this version."""
+        self._call("set alias", self.client.set_registered_model_alias, version.name, alias, version.version)
 
     def tag(self, version: Version, tags: dict[str, str]) -> None:
         for key, value in tags.items():
