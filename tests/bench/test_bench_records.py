@@ -1,9 +1,9 @@
-"""The shipped quickstart sweep is what `fedcore bench experiments/grids/quickstart.yaml` wrote.
+"""The recorded bench runs behind the docs are the shipped grids' runs, and the quickstart's sweep is one's output.
 
-docs/results/bench/quickstart.json is that run's bench.json (run dirs made relative). The full grid
-takes about 4 minutes of two cores, too long for the suite, so the tests check the chain from the
-record instead: its grid is the grid file, its tunes give configs/sweeps/quickstart_tuned.yaml
-exactly, and its choice is what the rule computes from its rows.
+docs/results/bench/NAME.json is the bench.json of `fedcore bench experiments/grids/NAME.yaml` (run
+dirs made relative). The grids take minutes to an hour, too long for the suite, so the tests check
+the chain from each record instead: its grid is the grid file, its choice is what the rule computes
+from its rows, and the quickstart's tunes give configs/sweeps/quickstart_tuned.yaml exactly.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fedcore.bench.choice import choose
@@ -18,17 +19,21 @@ from fedcore.bench.grid import load_grid
 from fedcore.bench.sweepfile import tuned_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORD = ROOT / "docs/results/bench/quickstart.json"
+RECORDS_DIR = ROOT / "docs/results/bench"
 
 
-def _scene() -> tuple[dict, dict]:
-    bench = json.loads(RECORD.read_text())
-    return bench, bench["scenes"]["quickstart"]
+RECORDS = {"quickstart": "quickstart", "digits_pairflip20": "digits-pairflip20"}  # record -> its scene
 
 
-def test_the_record_was_run_from_the_shipped_grid():
-    bench, _ = _scene()
-    grid = load_grid(ROOT / "experiments/grids/quickstart.yaml")
+def _scene(name: str = "quickstart") -> tuple[dict, dict]:
+    bench = json.loads((RECORDS_DIR / f"{name}.json").read_text())
+    return bench, bench["scenes"][RECORDS[name]]
+
+
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_the_record_was_run_from_the_shipped_grid(name):
+    bench, _ = _scene(name)
+    grid = load_grid(ROOT / f"experiments/grids/{name}.yaml")
     assert bench["grid"]["methods"] == list(grid.methods)
     assert (bench["grid"]["trials"], bench["grid"]["tuning_seed"]) == (grid.trials, grid.tuning_seed)
     assert bench["grid"]["seeds"] == list(grid.seeds)
@@ -43,8 +48,9 @@ def test_the_shipped_tuned_sweep_is_the_records_tunes_to_the_digit():
     assert shipped == tuned_sweep(scene["tuned"], fixed, selected=(scene["choice"], scene["choice"]))
 
 
-def test_the_records_choice_follows_from_its_rows():
-    bench, scene = _scene()
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_the_records_choice_follows_from_its_rows(name):
+    bench, scene = _scene(name)
     got = choose(scene["rows"], bench["grid"]["seeds"])
     assert (got["choice"], got["runner_up"]) == (scene["choice"], scene["runner_up"])
     assert got["margin"] == scene["margin"]
