@@ -1,6 +1,6 @@
 """`fedcore bench` end to end on experiments/grids/tiny.yaml (digits, 2 methods, 2 trials, 1 seed,
 3 rounds): tunes, default and tuned runs on one artifact per seed, bench.json, the sweep file and
-the report; a rerun skips what is done; the choice survives shuffled test numbers."""
+the report; a rerun skips what is done; the choice survives shuffled test numbers and swapped test labels."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from fedcore import cli
 from fedcore.bench.choice import choose
 from fedcore.bench.grid import load_grid
-from fedcore.bench.results import write_results
+from fedcore.bench.results import run_row, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 GRID = ROOT / "experiments/grids/tiny.yaml"
@@ -120,3 +120,33 @@ def test_a_rerun_skips_what_is_done_and_new_seeds_run_in_worker_processes(bench,
     rows = result["scenes"]["quickstart-tiny"]["rows"]
     assert {(r["setting"], r["seed"]) for r in rows} == {(s, n) for s in ("default", "tuned") for n in (0, 1)}
     assert len({_metrics(Path(r["run"]))["data_sha256"] for r in rows if r["seed"] == 1}) == 1
+
+
+def test_swapped_test_labels_move_every_test_score_and_leave_the_choice_unchanged(bench, tmp_path):
+    """The test split's labels shifted by one class in every shared artifact, then the same bench:
+    the test columns change, the validation scores and the choice do not (test labels reach no
+    decision). Seed 0 only: a test above may have added seeds to the fixture's bench."""
+    import dataclasses
+
+    from fedcore.data.federated import FederatedDataset
+
+    out, scene = tmp_path / "swapped", "quickstart-tiny"
+    for name in ("data-s0", "data-s100"):  # the reporting seed's artifact and the tuning seed's
+        fed = FederatedDataset.load(bench / scene / name)
+        dataclasses.replace(fed, y_test=(fed.y_test + 1) % fed.num_classes).save(out / scene / name)
+    cli.main(["bench", str(GRID), "--out", str(out), "--seeds", "0", "--no-progress"])
+    # The fixture's runs, read from their dirs: a test above may have rewritten its bench.json for fewer methods.
+    before = [run_row(m, s, 0, bench / scene / m / s / "s0")
+              for m in ("fedavg", "fedprox") for s in ("default", "tuned")]
+    after = json.loads((out / "bench.json").read_text())["scenes"][scene]
+
+    def by_run(rows):
+        return {(r["method"], r["setting"], r["seed"]): r for r in rows}
+
+    b, a = by_run(before), by_run(after["rows"])
+    assert set(a) == set(b) and len(b) == 4
+    assert all(a[k]["acc_last10"] != b[k]["acc_last10"] for k in b)
+    assert all(a[k]["val_acc_last10"] == b[k]["val_acc_last10"] for k in b)
+    want = choose(before, [0])
+    assert (after["choice"], after["runner_up"], after["margin"]) == (want["choice"], want["runner_up"],
+                                                                       want["margin"])
