@@ -133,8 +133,12 @@ class NoiseAwareMethod(StagedMethod):
         w_kd = losses.kd_ramp_weight(self.phase_round(state), p.kd_begin, p.kd_end, p.kd_a)
         return {"noisy": self.noisy_set(state), "w_kd": w_kd}
 
+    def prior_targets(self, task: ClientTask) -> torch.Tensor:
+        """The labels the LA class prior counts: those the client trains on."""
+        return self.targets(task)
+
     def before_local(self, task: ClientTask) -> dict[str, Any]:
-        labels = self.targets(task)
+        labels = self.prior_targets(task)
         noisy = task.cid in task.instructions.get("noisy", ())
         w_kd = float(task.instructions.get("w_kd", 0.0)) if noisy and self.params.kd else 0.0
         if w_kd > 0:

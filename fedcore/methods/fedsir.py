@@ -31,6 +31,14 @@ Departures and choices:
   classes can have fewer than L residual directions).
 - `identify_features: augmented` extracts identification features on weakly augmented
   data (the public code); the default follows the paper (plain data).
+- Read beside the public code (sinagh72/FedSIR; parity record in docs/results/fedsir.md,
+  "Parity with the authors' code"), the defaults follow the paper where the two differ; the
+  code's choices are params: `relabel_from: 20` (its first relabel event is at train round
+  R, and until then noisy clients distil on every sample), `prior_labels: original` (LA
+  prior from the original labels, not the relabeled ones), `consensus_weight: n_gap_s1`
+  (w also times s1 / sum s), `consensus_min_n: 100` (its hard-coded consensus floor),
+  `client_residual_dim: 12` (each clean client's first L residual directions only), and,
+  shared with FedNoRo, `kd_soften_student: false` and `daagg_distance: per_tensor`.
 """
 
 from __future__ import annotations
@@ -68,6 +76,18 @@ class FedSIRParams(NoiseAwareParams):
     relabel: bool = Field(True, description="relabel the noisy clients' samples (False: no relabel stage, and KD "
                           "covers every sample of a noisy client)")
     relabel_every: int = Field(20, ge=1, description="R: train rounds between relabel events")
+    relabel_from: int = Field(0, ge=0, description="train round of the first relabel event (the paper: 0, "
+                              "the public code: R); before it noisy clients distil on every sample")
+    prior_labels: Literal["working", "original"] = Field(
+        "working", description="LA class prior from the labels a client trains on (relabeled) or its original "
+        "labels (the public code)")
+    consensus_weight: Literal["n_gap", "n_gap_s1"] = Field(
+        "n_gap", description="clean clients' consensus weight: n (s1 - s2) / s1 (the paper), times s1 / sum s "
+        "(the public code)")
+    consensus_min_n: int | None = Field(None, ge=1, description="smallest class count a clean client needs to "
+                                        "join a class's consensus (None: min_class_n; the public code: 100)")
+    client_residual_dim: int | None = Field(None, ge=1, description="residual directions each clean client "
+                                            "adds to N_c (None: all beyond k; the public code: L)")
     gate: Literal["agree", "principal_only", "residual_only"] = Field(
         "agree", description="relabel proposals accepted: where the principal and residual criteria agree, "
         "or one criterion's everywhere")
@@ -77,6 +97,11 @@ class FedSIRParams(NoiseAwareParams):
     kd_end: int = Field(49, ge=0, description="train-stage round where the ramp reaches kd_a")
 
 
+def relabel_event(rnd: int, every: int, first: int = 0) -> bool:
+    """Whether train-phase round rnd relabels: rounds first, first + every, ... (0-based)."""
+    return rnd >= first and (rnd - first) % every == 0
+
+
 @register("fedsir", params=FedSIRParams)
 class FedSIR(NoiseAwareMethod):
     noise_aware_stages = ("relabel", "train")
@@ -84,7 +109,7 @@ class FedSIR(NoiseAwareMethod):
     @property
     def stages(self) -> tuple[Stage, ...]:
         ident = Stage("identify", self.stage_rounds("identify", 1), cohort="all", yields=("verdicts",))
-        if not self.params.relabel:
+        if not self.params.relabel or self.params.relabel_from > 0:  # no event in the first round
             return ident, Stage("train", self.stage_rounds("train", self.cfg.train.rounds))
         relabel = self.stage_rounds("relabel", 1)
         rest = self.stage_rounds("train", self.cfg.train.rounds - relabel)
@@ -98,15 +123,18 @@ class FedSIR(NoiseAwareMethod):
             return RoundPlan(stage=state.stage) if state.stage_round == 0 else None
         ins = self.train_instructions(state)
         clean = [c for c in range(len(self.ctx.clients)) if c not in ins["noisy"]]
-        if self.params.relabel and ins["noisy"] and clean and self.phase_round(state) % self.params.relabel_every == 0:
+        p = self.params
+        if p.relabel and ins["noisy"] and clean and relabel_event(self.phase_round(state), p.relabel_every,
+                                                                 p.relabel_from):
             ins["phi_clean"] = state.extra["phi_clean"]
             return RoundPlan(stage=state.stage, probe=clean, instructions=ins)
         return RoundPlan(stage=state.stage, instructions=ins)
 
     def after_probe(self, state: ServerState, plan: RoundPlan, answers: Sequence[ClientUpdate]) -> RoundPlan:
         p = self.params
+        min_n = p.min_class_n if p.consensus_min_n is None else p.consensus_min_n
         refs = spectral.consensus([a.uploads["spectra"] for a in answers], self.ctx.num_classes,
-                                  p.residual_dim, p.min_class_n, p.eigengap_min)
+                                  p.residual_dim, min_n, p.eigengap_min, p.consensus_weight, p.client_residual_dim)
         return RoundPlan(stage=plan.stage, instructions={**plan.instructions, "references": refs})
 
     # -- clients -----------------------------------------------------------------------------
@@ -150,6 +178,9 @@ class FedSIR(NoiseAwareMethod):
         agree = new.pop("agree_rate")
         task.state.update(new)
         return {"metrics": {"relabel/agree_rate": agree}}
+
+    def prior_targets(self, task: ClientTask) -> torch.Tensor:
+        return task.data.labels if self.params.prior_labels == "original" else self.targets(task)
 
     def after_local(self, task, extras):
         uploads: dict[str, Any] = {}

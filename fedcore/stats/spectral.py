@@ -29,6 +29,7 @@ class ClassSpectrum:
     v: np.ndarray
     residual: np.ndarray
     gap: float  # (s1 - s2) / s1: how dominant the top direction is
+    s1_share: float = 1.0  # s1 / sum(s): the public code's extra consensus weight (`n_gap_s1`)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def class_spectrum(z: np.ndarray, ratio: float = 10 / 11) -> ClassSpectrum | Non
         return None
     gap = float((s[0] - s[1]) / s[0]) if s.size > 1 else 1.0
     # The sign of a singular vector is arbitrary; every use below is sign-free (|.| or projectors).
-    return ClassSpectrum(n=len(z), v=vt[0], residual=vt[k:], gap=gap)
+    return ClassSpectrum(n=len(z), v=vt[0], residual=vt[k:], gap=gap, s1_share=float(s[0] / s.sum()))
 
 
 def class_spectra(
@@ -133,27 +134,40 @@ def _single(spec: ClassSpectrum, residual_dim: int) -> ClassReference:
     return ClassReference(v=spec.v, residual=spec.residual[:residual_dim], eigengap=0.0, fallback=True)
 
 
+CONSENSUS_WEIGHTS = ("n_gap", "n_gap_s1")
+
+
+def consensus_weight(spec: ClassSpectrum, mode: str = "n_gap") -> float:
+    """A clean client's weight for one class: n * gap (the paper), times s1_share in the public code."""
+    if mode not in CONSENSUS_WEIGHTS:
+        raise ValueError(f"weight must be one of {CONSENSUS_WEIGHTS}, got {mode!r}")
+    return spec.n * spec.gap * (spec.s1_share if mode == "n_gap_s1" else 1.0)
+
+
 def class_consensus(
-    specs: Sequence[ClassSpectrum], residual_dim: int = 12, min_n: int = 20, eigengap_min: float = 0.03
+    specs: Sequence[ClassSpectrum], residual_dim: int = 12, min_n: int = 20, eigengap_min: float = 0.03,
+    weight: str = "n_gap", client_residual_dim: int | None = None,
 ) -> ClassReference | None:
     """Projector consensus of one class over the clean clients' spectra.
 
-    M = sum w v v^T / sum w and N = sum w R^T R / sum w with w = n * gap (clients with
-    n >= min_n); v = top eigenvector of M, residual = top eigenvectors of N (at most
-    residual_dim, only those with positive eigenvalue). When no client qualifies or the
-    eigengap of M is below eigengap_min, the client with the most samples is used alone.
+    M = sum w v v^T / sum w and N = sum w R^T R / sum w with w = `consensus_weight` (clients
+    with n >= min_n); v = top eigenvector of M, residual = top eigenvectors of N (at most
+    residual_dim, only those with positive eigenvalue). R is each client's whole residual,
+    or its first client_residual_dim rows (the public code keeps L). When no client
+    qualifies or the eigengap of M is below eigengap_min, the largest client is used alone.
     """
     if not specs:
         return None
     best = max(specs, key=lambda s: s.n)
-    used = [s for s in specs if s.n >= min_n and s.n * s.gap > 0]
+    used = [s for s in specs if s.n >= min_n and consensus_weight(s, weight) > 0]
     if not used:
         return _single(best, residual_dim)
-    w = np.array([s.n * s.gap for s in used])
+    w = np.array([consensus_weight(s, weight) for s in used])
     w = w / w.sum()
     d = used[0].v.shape[0]
     m = sum(wi * np.outer(s.v, s.v) for wi, s in zip(w, used, strict=True))
-    n = sum((wi * s.residual.T @ s.residual for wi, s in zip(w, used, strict=True)), np.zeros((d, d)))
+    res = [s.residual if client_residual_dim is None else s.residual[:client_residual_dim] for s in used]
+    n = sum((wi * r.T @ r for wi, r in zip(w, res, strict=True)), np.zeros((d, d)))
     vals, top = _top_eig(m, 1)
     gap = float(vals[0] - vals[1]) if d > 1 else float(vals[0])
     if gap < eigengap_min:
@@ -165,12 +179,13 @@ def class_consensus(
 
 def consensus(
     client_spectra: Sequence[Mapping[int, ClassSpectrum]], num_classes: int, residual_dim: int = 12,
-    min_n: int = 20, eigengap_min: float = 0.03,
+    min_n: int = 20, eigengap_min: float = 0.03, weight: str = "n_gap", client_residual_dim: int | None = None,
 ) -> dict[int, ClassReference]:
     """Per-class references from the clean clients' spectra; classes no clean client holds are absent."""
     out = {}
     for c in range(num_classes):
-        ref = class_consensus([s[c] for s in client_spectra if c in s], residual_dim, min_n, eigengap_min)
+        ref = class_consensus([s[c] for s in client_spectra if c in s], residual_dim, min_n, eigengap_min,
+                              weight, client_residual_dim)
         if ref is not None:
             out[c] = ref
     return out

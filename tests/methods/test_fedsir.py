@@ -80,6 +80,20 @@ def test_stages_run_one_process_each_as_in_the_pipeline_match_one_run(fed, tmp_p
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_relabel_event_rounds_by_hand():
+    assert [r for r in range(45) if fedsir.relabel_event(r, 20)] == [0, 20, 40]  # the paper
+    assert [r for r in range(45) if fedsir.relabel_event(r, 20, 20)] == [20, 40]  # the public code
+    assert [r for r in range(10) if fedsir.relabel_event(r, 3, 2)] == [2, 5, 8]
+
+
+def test_public_code_choices_run_with_a_late_first_relabel(fed, tmp_path):
+    code = {"relabel_from": 2, "prior_labels": "original", "consensus_weight": "n_gap_s1", "consensus_min_n": 10,
+            "client_residual_dim": 12, "kd_soften_student": False, "daagg_distance": "per_tensor"}
+    res = run_experiment(digits_cfg("fedsir", rounds=3, **FAST, **code), tmp_path, data=fed)
+    assert [r["stage"] for r in res.history] == ["identify", "train", "train", "train"]  # no relabel stage
+    assert [r["round"] for r in res.history if "relabel/precision" in r] == [4.0]  # train round 2 only
+
+
 @pytest.mark.parametrize("gate", ["principal_only", "residual_only"])
 def test_gate_ablations_run(fed, tmp_path, gate):
     res = run_experiment(digits_cfg("fedsir", rounds=1, **FAST, gate=gate), tmp_path, data=fed)

@@ -72,10 +72,10 @@ def test_identify_clients_calls_low_mu_group_clean_and_tolerates_nan():
     assert np.all(spectral.identify_clients(desc, seed=0)[:3] >= 0.5)
 
 
-def spec(v, n, gap, residual=None):
+def spec(v, n, gap, residual=None, s1_share=1.0):
     v = np.asarray(v, float)
     return ClassSpectrum(n=n, v=v / np.linalg.norm(v), residual=np.zeros((0, len(v))) if residual is None
-                         else np.asarray(residual, float), gap=gap)
+                         else np.asarray(residual, float), gap=gap, s1_share=s1_share)
 
 
 def test_consensus_weights_by_count_times_gap():
@@ -87,6 +87,36 @@ def test_consensus_weights_by_count_times_gap():
     # Same count but the second client's direction is twice as dominant: it wins.
     ref = spectral.class_consensus([spec(e[0], 10, 0.2), spec(e[1], 10, 0.4)], min_n=5)
     assert abs(ref.v[1]) == pytest.approx(1.0) and ref.eigengap == pytest.approx(1 / 3)
+
+
+def test_class_spectrum_records_the_top_singular_share():
+    # Rows 3 e0 and 1 e1: singular values (3, 1), so gap = 2/3 and s1 / sum s = 3/4.
+    cs = spectral.class_spectrum(np.array([[3.0, 0.0], [0.0, 1.0]]))
+    assert cs.gap == pytest.approx(2 / 3) and cs.s1_share == pytest.approx(0.75)
+
+
+def test_consensus_weight_of_the_public_code_multiplies_by_s1_share():
+    e = np.eye(2)
+    a, b = spec(e[0], 10, 0.5, s1_share=0.2), spec(e[1], 10, 0.4, s1_share=0.5)
+    assert spectral.consensus_weight(a) == pytest.approx(5.0)
+    assert spectral.consensus_weight(a, "n_gap_s1") == pytest.approx(1.0)
+    # n_gap: 5 vs 4, e0 wins with eigengap 1/9; n_gap_s1: 1 vs 2, e1 wins with eigengap 1/3.
+    ref = spectral.class_consensus([a, b], min_n=5)
+    assert abs(ref.v[0]) == pytest.approx(1.0) and ref.eigengap == pytest.approx(1 / 9)
+    ref = spectral.class_consensus([a, b], min_n=5, weight="n_gap_s1")
+    assert abs(ref.v[1]) == pytest.approx(1.0) and ref.eigengap == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="weight"):
+        spectral.consensus_weight(a, "n")
+
+
+def test_client_residual_dim_keeps_each_clients_first_directions():
+    e = np.eye(4)
+    one = [spec(e[0], 10, 0.5, [e[2], e[3]])]
+    # All residual rows: N = e2 e2^T + e3 e3^T, two directions; the first one only: N = e2 e2^T.
+    full = spectral.class_consensus(one, min_n=5)
+    assert len(full.residual) == 2
+    first = spectral.class_consensus(one, min_n=5, client_residual_dim=1)
+    np.testing.assert_allclose(np.abs(first.residual), [e[2]], atol=1e-12)
 
 
 def test_consensus_eigengap_and_min_n_fallbacks():
