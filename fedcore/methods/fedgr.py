@@ -265,6 +265,8 @@ class FedGR(FedGRLocal, StagedMethod):
             targets, weights = tier_targets(data.labels, q, rate, cache, p.beta, self.ctx.num_classes,
                                             _MISSING[p.cache], p.cache != "none", p.clean_keep_label)
             state["cache"] = cache if p.cache != "none" else old_cache
+            if p.soft_q == "batch" and rate < p.beta:  # the authors' (B, 1) x (B,) broadcast, per batch
+                extras["soft_batch"] = (q, cache, _MISSING[p.cache], p.cache != "none")
         else:
             targets, weights = select_targets(data.labels, q, self.ctx.num_classes, p.unrefined == "weighted")
         reset = teacher_reset(rate, coverage, p.beta, p.reset_coverage)
