@@ -44,7 +44,9 @@ an uncached flagged sample weighs q (`tier_targets`), "w/o LR" selects GMM-clean
 (`sieve_timing`). Decisions of ours: the teacher of a client's first post-warm-up visit is
 w^t (the code's is its last warm-up EMA); the per-step EMA is applied once per step (the
 code applies it twice: gamma_l = 0.99**2 reproduces that); a client without a sieve yet
-trains on its given labels (q = 1). Every client receives the whole sieve mapping in its
+trains on its given labels (q = 1); the keep/soften tier weighs each sample by its own q, where the
+code's (B, 1) x (B,) broadcast weighs every sample by the batch's mean q (`soft_q: batch` reproduces
+it; docs/results/fedgr.md, "Parity with the author's code"). Every client receives the whole sieve mapping in its
 instructions (a simulation shortcut). `sieve_by=class` (ours, a diagnostic outside the paper)
 fits one GMM per given class, with the given labels uploaded beside the surrogates;
 `distill_on=weighted` (ours, a diagnostic) weighs each sample's B as its refined CE. `profile:
@@ -265,6 +267,8 @@ class FedGR(FedGRLocal, StagedMethod):
             targets, weights = tier_targets(data.labels, q, rate, cache, p.beta, self.ctx.num_classes,
                                             _MISSING[p.cache], p.cache != "none", p.clean_keep_label)
             state["cache"] = cache if p.cache != "none" else old_cache
+            if p.soft_q == "batch" and rate < p.beta:  # the authors' (B, 1) x (B,) broadcast, per batch
+                extras["soft_batch"] = (q, cache, _MISSING[p.cache], p.cache != "none")
         else:
             targets, weights = select_targets(data.labels, q, self.ctx.num_classes, p.unrefined == "weighted")
         reset = teacher_reset(rate, coverage, p.beta, p.reset_coverage)

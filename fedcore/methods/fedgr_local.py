@@ -25,7 +25,7 @@ import torch
 
 from fedcore.train import losses
 from fedcore.train.ema import ema_step_, ramped_decay, ramped_weights, stacked_ema_update
-from fedcore.train.refine import weighted_soft_ce
+from fedcore.train.refine import batch_soft_targets, weighted_soft_ce
 
 
 class FedGRLocal:
@@ -71,7 +71,11 @@ class FedGRLocal:
         if warm:
             terms = {"sr": losses.ce(logits, batch.y)}
         else:
-            terms = {"sr": weighted_soft_ce(logits, extras["targets"][pos], extras["weights"][pos])}
+            targets, weights = extras["targets"][pos], extras["weights"][pos]
+            if "soft_batch" in extras:  # soft_q=batch: the batch's mean posterior for every sample
+                q, ref, missing, soften = extras["soft_batch"]
+                targets, weights = batch_soft_targets(batch.y, q[pos], ref[pos], targets.shape[1], missing, soften)
+            terms = {"sr": weighted_soft_ce(logits, targets, weights)}
         if not warm and p.ema_distill:
             per = losses.kd_kl(logits, extras["teacher"][pos], T=p.tau, reduction="none")
             if "b_weight" in extras:  # divided by the whole batch, as the refined CE is
@@ -118,6 +122,8 @@ class FedGRLocal:
     def batched_support(self) -> str | None:
         if self.params.rep_loss == "cosine":
             return "its v1 representation term (rep_loss: cosine) reads the features of both views at once"
+        if self.params.soft_q == "batch":
+            return "soft_q: batch (the authors' broadcast) weighs each batch by its mean posterior"
         return super().batched_support()
 
     def batched_static(self, task, extras) -> dict[str, Any]:

@@ -91,6 +91,11 @@ class FedGRParams(MethodParams):
         "trusted", description="trusted: given labels of GMM-clean + confident pseudo-labels (authors' code); "
         "pseudo: confident pseudo-labels only (spec v2 text); none: this round only [v1]"
     )
+    soft_q: Literal["sample", "batch"] = Field(
+        "sample", description="r_k < beta: each sample's CE weighs its own q (paper, spec v2); batch: the "
+        "batch's mean q for every sample, as the authors' code computes it (posteriors shaped (B, 1) times "
+        "per-sample CEs (B,) broadcast to (B, B) before the mean); trains sequentially"
+    )
     # -- globally revised EMA teacher (B) ---------------------------------------------------
     ema_distill: bool = Field(True, description="False: no globally revised EMA distillation (w/o B)")
     gamma_g: float = Field(0.9, ge=0.0, le=1.0, description="round-start revision weight of the old teacher [v1: 0.5]")

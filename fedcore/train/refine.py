@@ -70,6 +70,19 @@ def tier_targets(y_hat: torch.Tensor, q: torch.Tensor, rate: float, ref: torch.T
     return soft, weights
 
 
+def batch_soft_targets(y_hat: torch.Tensor, q: torch.Tensor, ref: torch.Tensor, num_classes: int,
+                       missing: Missing = "zero", soften_clean: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keep/soften tier of one batch as the authors' code computes it -> (targets (B, C), weights (B,)).
+
+    Their loss multiplies per-sample CEs (B,) by posteriors shaped (B, 1), which broadcasts to
+    (B, B): its mean is mean(q) * mean CE(y_hat) + (1 - mean(q)) * mean CE(ref), i.e. every
+    sample weighs the batch's mean posterior instead of its own. `tier_targets` with q set to
+    the batch mean gives exactly that (CE is linear in a soft target).
+    """
+    q_bar = torch.full_like(q, float(q.mean())) if len(q) else q
+    return tier_targets(y_hat, q_bar, 0.0, ref, 1.0, num_classes, missing, soften_clean)
+
+
 def select_targets(y_hat: torch.Tensor, q: torch.Tensor, num_classes: int,
                    weighted: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Sieving without refining (the "w/o LR" ablation) -> (onehot(y_hat), weights).

@@ -19,6 +19,7 @@ from fedcore.train.ema import (
 )
 from fedcore.train.refine import (
     EMPTY,
+    batch_soft_targets,
     pseudo_labels,
     select_targets,
     tier_targets,
@@ -263,3 +264,28 @@ def test_stacked_ema_rows_equal_the_scalar_update_bit_for_bit(ramp):
         ema_update_(row, {"w": src["w"][k], "n": src["n"][k]}, ramped_decay(int(steps[k]), 0.99) if ramp else 0.99)
         assert torch.equal(out["w"][k], row["w"]) and out["n"][k] == row["n"]
     assert torch.equal(ema["w"], before)  # a new dict: the input is left as it was
+
+
+def test_batch_soft_targets_reproduce_the_authors_broadcast_by_hand():
+    # Prepare: 2 samples, 2 classes, uniform logits (every CE = log 2); q = (1, 0); sample 0 has
+    # its given label cached, sample 1 nothing (-1, the authors' ignored index).
+    logits = torch.zeros(2, 2)
+    y_hat, q, ref = torch.tensor([0, 1]), torch.tensor([1.0, 0.0]), torch.tensor([0, EMPTY])
+    # Execute
+    targets, weights = batch_soft_targets(y_hat, q, ref, 2)
+    loss = weighted_soft_ce(logits, targets, weights)
+    # Assert: every sample weighs mean(q) = 0.5. Sample 0: 0.5 CE(y_hat) + 0.5 CE(ref) = log 2;
+    # sample 1: 0.5 CE(y_hat) + 0 = 0.5 log 2; mean over B = 0.75 log 2 (per-sample q would give 0.5 log 2).
+    assert weights.tolist() == [1.0, 0.5]
+    assert loss.item() == pytest.approx(0.75 * np.log(2))
+    per_sample = weighted_soft_ce(logits, *tier_targets(y_hat, q, 0.0, ref, 0.8, 2))
+    assert per_sample.item() == pytest.approx(0.5 * np.log(2))
+    # ... and equal the authors' expression on random logits: (CE_hat * c[:, None] + CE_pse * (1 - c[:, None])).mean()
+    g = torch.Generator().manual_seed(0)
+    logits, y_hat = torch.randn(6, 3, generator=g), torch.tensor([0, 1, 2, 0, 1, 2])
+    q, ref = torch.rand(6, generator=g), torch.tensor([0, EMPTY, 1, EMPTY, 1, 2])
+    ce_hat = torch.nn.functional.cross_entropy(logits, y_hat, reduction="none")
+    ce_pse = torch.nn.functional.cross_entropy(logits, ref, ignore_index=EMPTY, reduction="none")
+    theirs = (ce_hat * q[:, None] + ce_pse * (1.0 - q[:, None])).mean()
+    ours = weighted_soft_ce(logits, *batch_soft_targets(y_hat, q, ref, 3))
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-6)

@@ -300,3 +300,18 @@ def test_distill_on_weighted_weighs_b_as_the_refined_ce(fed):
     assert torch.equal(per, rows["weighted"][1]) and float(per[0::2].sum()) > 0  # same views, same teacher
     assert rows["all"][0] == pytest.approx(float(per.mean()), rel=1e-5)
     assert rows["weighted"][0] == pytest.approx(float(per[1::2].sum()) / 16, rel=1e-5)
+
+
+def test_soft_q_batch_weighs_every_sample_by_the_batch_mean_and_runs(fed, tmp_path):
+    # With one q for every sample, the authors' broadcast (soft_q=batch) changes nothing; with
+    # q spread over the samples (task_for's default linspace) it changes the self-training term.
+    method, state = make_method(fed)
+    flat = {0: {"q": np.full(method.ctx.clients[0].n, 0.3), "rate": 0.2}}
+    _, per = objective(method, state, sieve=flat)
+    _, bat = objective(*make_method(fed, soft_q="batch"), sieve=flat)
+    assert bat["sr"] == pytest.approx(per["sr"], rel=1e-6)
+    _, per = objective(*make_method(fed))
+    _, bat = objective(*make_method(fed, soft_q="batch"))
+    assert bat["sr"] != pytest.approx(per["sr"], rel=1e-3)
+    res = run_experiment(digits_cfg(rounds=3, warmup=2, soft_q="batch"), tmp_path, data=fed)
+    assert np.isfinite(res.summary["final/acc"])
