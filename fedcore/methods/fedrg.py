@@ -19,7 +19,9 @@ Departures from the paper / public code:
   server (the public code refits the GMM on every batch);
 - the vMF log-normalizer is included (the public code drops it; `normalizer: false`
   restores that form), and the responsibilities have no extra softmax temperature (the
-  public code divides the logits by 2);
+  public code divides the logits by 2; `resp_temperature: 2` restores it);
+- SCE's RCE takes log 0 = A = -4, the SCE paper's value (the public code clamps the one-hot
+  at 1e-4, A = -9.21; `sce_log_zero` sets it);
 - the mixture is refit by `em_iters` warm-started EM steps per round with untempered
   responsibilities (the public code EMAs per batch with tempered ones; `mix_momentum`
   < 1 gives an EMA);
@@ -93,12 +95,16 @@ class FedRGParams(MethodParams):
     proj_dim: int = Field(128, ge=1, description="projector output size")
     components: int | None = Field(None, ge=1, description="vMF components G; default: number of classes")
     normalizer: bool = Field(True, description="include log C_d(kappa) in the responsibilities")
+    resp_temperature: float = Field(1.0, gt=0.0, description="divides the log joint of the scoring "
+                                    "responsibilities (1 = posterior; the authors' code 2)")
     lambda_s: float = Field(0.4, ge=0.0, description="weight of the SCE term (sce_on: on which samples)",
                             json_schema_extra=tune_range(0.1, 1.0))
     lambda_n: float = Field(1.0, ge=0.0, description="weight of the NLL through T on the flagged (noisy) samples",
                             json_schema_extra=tune_range(0.25, 2.0, log=True))
     sce_alpha: float = Field(0.1, ge=0.0, description="SCE's weight alpha on cross-entropy")
     sce_beta: float = Field(1.0, ge=0.0, description="SCE's weight beta on reverse cross-entropy")
+    sce_log_zero: float = Field(-4.0, lt=0.0, description="SCE's A = log 0 in RCE (SCE paper -4; the FedRG "
+                                "authors' code clamps the one-hot at 1e-4: log(1e-4) = -9.21)")
     eta: float = Field(0.5, gt=0.0, description="Dirichlet smoothing of B")
     b_fallback: bool = Field(False, description="a label with no clean sample feeds B from all its samples")
     b_momentum: float = Field(0.1, gt=0.0, le=1.0, description="weight of the new B in its EMA")
@@ -214,7 +220,9 @@ class FedRG(StagedMethod):
                 return logits.sum() * 0.0
             logits, y = logits[keep], y[keep]
         p = self.params
-        return losses.sce(logits, y, alpha=p.sce_alpha, beta=p.sce_beta) if p.loss == "sce" else losses.ce(logits, y)
+        if p.loss == "ce":
+            return losses.ce(logits, y)
+        return losses.sce(logits, y, alpha=p.sce_alpha, beta=p.sce_beta, log_zero=p.sce_log_zero)
 
     def simclr_loss(self, model: FedRGNet, x01: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """Symmetric NT-Xent of the projections of two SimCLR views of x01 (B, C, H, W)."""

@@ -47,7 +47,7 @@ def detect(method: Any, task) -> dict[str, Any]:
     mix = vmf.fit(z, mix, p.em_iters, p.mix_momentum, p.normalizer, prior=p.prior, kappa_clamp=(0.5, p.kappa_max))
     kappa_aug = vmf.aug_concentration(z1, z2)
     median = vmf.ema_median(st.get("median"), kappa_aug, p.median_momentum)
-    resp = vmf.responsibilities(z, mix, vmf.temper_factor(kappa_aug, median), p.normalizer)
+    resp = vmf.responsibilities(z, mix, vmf.temper_factor(kappa_aug, median), p.normalizer, p.resp_temperature)
     weight = st.get("clean", np.ones(len(y), bool))
     weight = vmf.label_fallback(y, weight) if p.b_fallback else weight
     counts_new = vmf.class_counts(resp[:, 1:], y, weight, c, p.eta)

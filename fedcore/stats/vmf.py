@@ -106,9 +106,13 @@ def log_joint(z: np.ndarray, mix: VMFMixture, r: np.ndarray | None = None,
 
 
 def responsibilities(z: np.ndarray, mix: VMFMixture, r: np.ndarray | None = None,
-                     normalizer: bool = True) -> np.ndarray:
-    """Posterior over [background, components] by log-sum-exp: (n, G + 1), rows sum to 1."""
-    lj = log_joint(z, mix, r, normalizer)
+                     normalizer: bool = True, temperature: float = 1.0) -> np.ndarray:
+    """Posterior over [background, components] by log-sum-exp: (n, G + 1), rows sum to 1.
+
+    temperature: the log joint is divided by it first (1 = the posterior; the FedRG authors'
+    code uses 2, which flattens it).
+    """
+    lj = log_joint(z, mix, r, normalizer) / temperature
     return np.exp(lj - logsumexp(lj, axis=1, keepdims=True))
 
 

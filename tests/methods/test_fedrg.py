@@ -1,6 +1,8 @@
 """FedRG as a method: SimCLR pretraining without labels, the personal absorption matrix T,
 the ablation switches, and the per-round detection reports (no accuracy claims here)."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -255,3 +257,12 @@ def test_posterior_score_runs_and_keeps_counts(run_on):
     for cstate in ckpt["clients"]:
         assert cstate["counts"].shape == (10, 10) and float(cstate["counts"].min()) >= 0.5  # eta smoothing
         assert "t_init" in cstate  # every client was visited in the second train round
+
+
+@pytest.mark.parametrize("log_zero", [None, math.log(1e-4)])
+def test_sce_log_zero_reaches_the_main_loss(fed, log_zero):
+    # Uniform logits over 10 classes: p_y = 0.1, CE = log 10, RCE = -A (1 - p_y).
+    method, _ = make_method(fed, **({} if log_zero is None else {"sce_log_zero": log_zero}))
+    got = method.main_loss(torch.zeros(3, 10), torch.tensor([0, 4, 9]), None)
+    a = -4.0 if log_zero is None else math.log(1e-4)  # the SCE paper's A | the authors' code's one-hot clamp
+    assert float(got) == pytest.approx(0.1 * math.log(10) - a * 0.9, rel=1e-6)

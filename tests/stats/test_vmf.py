@@ -61,6 +61,17 @@ def test_responsibilities_are_a_distribution_over_background_and_components():
         np.testing.assert_allclose(resp.sum(1), 1.0)
 
 
+def test_temperature_divides_the_log_joint():
+    # Background and one component at equal weight; z on the mean direction, kappa 2, no normalizers:
+    # log joints log 0.5 and log 0.5 + 2, so the component gets e^2 / (1 + e^2), and e / (1 + e) at
+    # temperature 2 (the FedRG authors' code).
+    mix = vmf.VMFMixture(mu=np.array([[1.0, 0.0, 0.0]]), kappa=np.array([2.0]), pi=np.array([0.5]), pi0=0.5)
+    z = np.array([[1.0, 0.0, 0.0]])
+    for temperature, want in ((1.0, np.e**2 / (1 + np.e**2)), (2.0, np.e / (1 + np.e))):
+        resp = vmf.responsibilities(z, mix, normalizer=False, temperature=temperature)
+        np.testing.assert_allclose(resp, [[1 - want, want]], rtol=1e-12)
+
+
 def test_em_recovers_known_directions_and_concentrations():
     rng = np.random.default_rng(1)
     z, mus, _ = _clusters(rng)
