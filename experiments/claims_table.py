@@ -126,7 +126,8 @@ PARITY = [
     "|---|---|---|---|---|---|",
     "| FedSIR | 80.2 / 80.7 | 79.6 / 80.0 | 47.2 / 64.6 vs 46.5 / 63.6 | none: within 1.1 on each of seeds 0-2 | "
     "[fedsir.md](fedsir.md#parity-with-the-authors-code) |",
-    "| FedRG | 62.2 / 68.8 | 69.2 / 71.6 | 28.1 / 30.9 vs 26.5 / 34.8 | SCE's constant A: fedcore takes the SCE "
+    "| FedRG | 62.2 / 68.8 | 69.2 / 71.6 | 28.1 / 30.9 vs 26.5 / 34.8 (sequential executor: 28.1 / 31.0) | "
+    "SCE's constant A: fedcore takes the SCE "
     "paper's -4, the authors' code -9.21; with theirs fedcore gives 60.1 / 65.3 | "
     "[fedrg.md](fedrg.md#parity-with-the-authors-code) |",
     "| FedGR | 27.2 / 34.1 | 27.0 / 29.9 | 24.9 / 27.4 vs 20.8 / 26.7 (seed 1: 21.1 / 24.7 vs 22.8 / 29.2) | "
@@ -136,8 +137,9 @@ PARITY = [
     "",
     "So FedSIR's and FedGR's verdicts are the methods' on these scenes, and fedcore's FedRG runs 7 points",
     "above the authors' own code on its scene: its failure at equal tuning is not our implementation's.",
-    "FedAvg agrees between the two harnesses only on FedSIR's scene (0.7 and 1.0 points); on FedRG's and FedGR's",
-    "the gap follows the seed (the pages say what was checked).",
+    "FedAvg agrees between the two harnesses on FedSIR's scene (0.7 and 1.0 points) and on FedRG's once",
+    "fedcore trains the clients one by one as the authors' loop does (the batched executor's float order",
+    "moves this noisy scene by a few points); on FedGR's the gap follows the seed (the page says what was checked).",
     "",
 ]
 
