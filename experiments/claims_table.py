@@ -130,16 +130,16 @@ PARITY = [
     "SCE's constant A: fedcore takes the SCE "
     "paper's -4, the authors' code -9.21; with theirs fedcore gives 60.1 / 65.3 | "
     "[fedrg.md](fedrg.md#parity-with-the-authors-code) |",
-    "| FedGR | 27.2 / 34.1 | 27.0 / 29.9 | 24.9 / 27.4 vs 20.8 / 26.7 (seed 1: 21.1 / 24.7 vs 22.8 / 29.2) | "
+    "| FedGR | 27.2 / 34.1 | 27.0 / 29.9 | 24.9 / 27.4 vs 20.8 / 26.7 (sequential executor: 25.2 / 28.2) | "
     "none on last-10; the best round is a warm-up round in both | "
     "[fedgr.md](fedgr.md#parity-with-the-authors-code) |",
     "| FedHarmony | no public code | - | - | - | [fedharmony.md](fedharmony.md) |",
     "",
     "So FedSIR's and FedGR's verdicts are the methods' on these scenes, and fedcore's FedRG runs 7 points",
     "above the authors' own code on its scene: its failure at equal tuning is not our implementation's.",
-    "FedAvg agrees between the two harnesses on FedSIR's scene (0.7 and 1.0 points) and on FedRG's once",
-    "fedcore trains the clients one by one as the authors' loop does (the batched executor's float order",
-    "moves this noisy scene by a few points); on FedGR's the gap follows the seed (the page says what was checked).",
+    "FedAvg agrees between the two harnesses on FedSIR's scene (0.7 and 1.0 points), and on FedRG's and",
+    "FedGR's once fedcore trains the clients one by one as the authors' loops do (within 0.1 and 0.8): the",
+    "batched executor's float order moves those noisy scenes by a few points, in either direction by seed.",
     "",
 ]
 
