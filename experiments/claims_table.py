@@ -130,8 +130,9 @@ PARITY = [
     "SCE's constant A: fedcore takes the SCE "
     "paper's -4, the authors' code -9.21; with theirs fedcore gives 60.1 / 65.3 | "
     "[fedrg.md](fedrg.md#parity-with-the-authors-code) |",
-    "| FedGR | 27.2 / 34.1 | 27.0 / 29.9 | 24.9 / 27.4 vs 20.8 / 26.7 (sequential executor: 25.2 / 28.2) | "
-    "none on last-10; the best round is a warm-up round in both | "
+    "| FedGR | 27.2 / 34.1 | 27.0 / 29.9 (sequential executor: 27.0 / 34.5) | 24.9 / 27.4 vs 20.8 / 26.7 "
+    "(sequential executor: 25.2 / 28.2) | none: the best round is a warm-up round, moved by the batched "
+    "executor's float order | "
     "[fedgr.md](fedgr.md#parity-with-the-authors-code) |",
     "| FedHarmony | no public code | - | - | - | [fedharmony.md](fedharmony.md) |",
     "",
