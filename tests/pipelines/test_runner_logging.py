@@ -18,9 +18,9 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from pipelines import runner
 
 
-def _overlapping_tasks() -> None:
+def _overlapping(context) -> None:
     """Two kfp task contexts that overlap as two threads' would: A enters, B enters, A leaves, B leaves."""
-    a, b = logging_utils.local_logger_context(), logging_utils.local_logger_context()
+    a, b = context(), context()
     a.__enter__()
     b.__enter__()
     a.__exit__(None, None, None)
@@ -32,7 +32,7 @@ def test_overlapping_kfp_task_contexts_leave_a_handler_behind():
     root = logging.getLogger()
     before = root.handlers[:]
     try:
-        _overlapping_tasks()
+        _overlapping(logging_utils.local_logger_context)
         leftover = [h for h in root.handlers if h not in before]
         assert len(leftover) == 1 and isinstance(leftover[0], logging.StreamHandler)
     finally:
@@ -45,7 +45,7 @@ class _FakePipeline:
     pipeline_spec = pipeline_spec_pb2.PipelineSpec()
 
     def __call__(self):
-        _overlapping_tasks()
+        _overlapping(logging_utils.local_logger_context)
         logging.getLogger("fedcore.test").warning("inside the run")
         return None
 
@@ -62,20 +62,11 @@ def test_run_local_restores_the_root_logger_and_later_records_log_cleanly(tmp_pa
     assert "inside the run" in (tmp_path / "kfp-local.log").read_text()
 
 
-def _overlapping_prints() -> None:
-    """kfp's per-task print indentation, overlapping as two threads' would."""
-    a, b = logging_utils.indented_print(), logging_utils.indented_print()
-    a.__enter__()
-    b.__enter__()
-    a.__exit__(None, None, None)
-    b.__exit__(None, None, None)
-
-
 def test_overlapping_kfp_print_indents_leave_an_indenting_print_behind(capsys):
     # The race itself: afterwards every print, even one to stderr, writes four spaces to stdout first.
     original = builtins.print
     try:
-        _overlapping_prints()
+        _overlapping(logging_utils.indented_print)
         assert builtins.print is not original
         print("| row |", file=sys.stderr)
         assert capsys.readouterr().out == "    "
@@ -85,7 +76,7 @@ def test_overlapping_kfp_print_indents_leave_an_indenting_print_behind(capsys):
 
 class _FakeIndentingPipeline(_FakePipeline):
     def __call__(self):
-        _overlapping_prints()
+        _overlapping(logging_utils.indented_print)
         return None
 
 
