@@ -107,10 +107,15 @@ def methods_of(scene: Scene) -> list[str]:
 
 def scene_table(name: str, scene: Scene) -> str:
     """The scene's section: heading, table, ranking line and FedAvg's reference line."""
+    return f"### {title(name, scene)}\n\n{scene_body(scene)}"
+
+
+def scene_body(scene: Scene) -> str:
+    """The scene's table, ranking line and FedAvg's reference line (what a page prints under its own
+    heading)."""
     metric = scene.get("metric", "acc")
     best, val = reference(scene)
-    lines = [f"### {title(name, scene)}", "",
-             f"| method | trials | default last-10 | default {metric}@val | tuned last-10 | tuned {metric}@val "
+    lines = [f"| method | trials | default last-10 | default {metric}@val | tuned last-10 | tuned {metric}@val "
              f"| tuned > FedAvg test-best | tuned > FedAvg {metric}@val | seeds, notes |",
              "|---|---|---|---|---|---|---|---|---|"]
     means: dict[str, dict[str, float]] = {"default": {}, "tuned": {}}
