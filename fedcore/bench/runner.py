@@ -93,6 +93,12 @@ def executor(jobs: int) -> Iterator[cf.Executor]:
         try:
             yield pool
         except BaseException:
+            # Ctrl-C reaches the workers through the terminal's process group, a SIGTERM sent to this
+            # process alone (`kill`, a scheduler) does not: stop them the same way (a run saves its
+            # checkpoint and ends), so that none goes on holding a core and its run dir's lock.
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                if proc.is_alive():
+                    proc.terminate()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
 
