@@ -87,11 +87,17 @@ def grid_progress(jobs: list[Any], enabled: bool, say: Callable[[str], None],
     from fedcore.bench.plan import is_done
 
     costs = {j: 0 if is_done(j) else j.cost for j in jobs}
+    console = console or Console(stderr=True)
     if not enabled:
         yield lambda job, status: say(f"bench: {job.label} {status}") if status != "skipped" else None
         return
+    if not console.is_terminal:
+        # A log file or a pod's stdout: rich draws no live bar there, so a grid of hours would print
+        # nothing until its end. One line a finished job instead, with the share done and time left.
+        yield _progress_lines(costs, say)
+        return
     bar = Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
-                   TimeElapsedColumn(), TimeRemainingColumn(), console=console or Console(stderr=True))
+                   TimeElapsedColumn(), TimeRemainingColumn(), console=console)
     with bar:
         task = bar.add_task("bench", total=sum(costs.values()), last="")
 
@@ -100,3 +106,22 @@ def grid_progress(jobs: list[Any], enabled: bool, say: Callable[[str], None],
                 bar.update(task, advance=costs[job], last=f"{job.label} {status}")
 
         yield done
+
+
+def _progress_lines(costs: dict[Any, float], say: Callable[[str], None]) -> Callable[[Any, str], None]:
+    """done(job, status) printing 'bench: 14/112 LABEL done (0:17:06 elapsed, about 1:50:00 left)'."""
+    import time
+    from datetime import timedelta
+
+    total, start, advanced = sum(costs.values()), time.monotonic(), [0.0]
+
+    def done(job: Any, status: str) -> None:
+        if status == "skipped":
+            return
+        advanced[0] += costs[job]
+        spent = time.monotonic() - start
+        left = spent / advanced[0] * (total - advanced[0]) if advanced[0] else None
+        eta = "" if left is None else f", about {timedelta(seconds=round(left))} left"
+        say(f"bench: {advanced[0]:g}/{total:g} {job.label} {status} ({timedelta(seconds=round(spent))} elapsed{eta})")
+
+    return done

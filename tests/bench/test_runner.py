@@ -1,15 +1,21 @@
-"""The bench's worker pool: a grid that ends early (Ctrl-C, SIGTERM to the bench alone, an error)
-stops its workers too, rather than leaving them running their jobs with the run dirs locked."""
+"""The bench's worker pool and progress: a grid that ends early (Ctrl-C, SIGTERM to the bench alone,
+an error) stops its workers too, rather than leaving them running their jobs with the run dirs
+locked; without a terminal the progress is a line a finished job."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import io
 import time
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from fedcore.bench.plan import Job
 from fedcore.bench.runner import executor
+from fedcore.reporting.progress import grid_progress
 
 
 def test_an_interrupted_grid_stops_the_jobs_its_workers_are_running():
@@ -34,3 +40,23 @@ def test_in_process_jobs_run_when_submitted():
         fut = pool.submit(sum, [1, 2, 3])
         assert fut.done() and fut.result() == 6
         assert isinstance(fut, cf.Future)
+
+
+def _job(tmp_path: Path, kind: str, row: str, trials: int = 0) -> Job:
+    return Job(kind=kind, scene="s", row=row, setting="" if kind == "tune" else "default", seed=0,
+               config="c.yaml", overrides=(), out=tmp_path / row / kind, data=tmp_path / "data", trials=trials)
+
+
+def test_without_a_terminal_the_grid_prints_a_line_a_job_with_the_share_done(tmp_path):
+    """A log file or a pod's stdout gets no live bar from rich; a grid of hours must still say how far it is."""
+    lines: list[str] = []
+    tune, run, skipped = _job(tmp_path, "tune", "a", trials=3), _job(tmp_path, "run", "a"), _job(tmp_path, "run", "b")
+    quiet = Console(file=io.StringIO())  # not a terminal
+    assert not quiet.is_terminal
+    with grid_progress([tune, run, skipped], True, lines.append, quiet) as done:
+        done(tune, "done")
+        done(skipped, "skipped")
+        done(run, "diverged")
+    assert len(lines) == 2
+    assert lines[0].startswith("bench: 3/5 s a tune done (") and "left)" in lines[0]
+    assert lines[1].startswith("bench: 4/5 s a default s0 diverged (")
