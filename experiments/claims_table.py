@@ -131,9 +131,10 @@ PARITY = [
     "(sequential executor: 28.1 / 31.0) | SCE's constant A: fedcore takes the SCE paper's -4, the authors' "
     "code -9.21; with theirs fedcore gives 60.1 / 66.3, within 1.7 / 0.9 | "
     "[fedrg.md](fedrg.md#parity-with-the-authors-code) |",
-    "| FedGR | 27.2 / 34.1 | 27.0 / 29.9 (sequential executor: 27.0 / 34.5) | 24.9 / 27.4 vs 20.8 / 26.7 "
-    "(sequential executor: 25.2 / 28.2) | none: the best round is a warm-up round, moved by the batched "
-    "executor's float order | "
+    "| FedGR | 27.2 / 34.1; mean of seeds 0-2 25.8 / 33.9 | 27.0 / 29.9 (sequential executor: 27.0 / 34.5); "
+    "mean of seeds 0-2 26.9 / 33.2 | 24.9 / 27.4 vs 20.8 / 26.7 (sequential executor: 25.2 / 28.2) | none: "
+    "the seed-0 best round is a warm-up round, moved by the batched executor's float order; over seeds "
+    "0-2 within 1.1 / 0.7 | "
     "[fedgr.md](fedgr.md#parity-with-the-authors-code) |",
     "| FedHarmony | no public code | - | - | - | [fedharmony.md](fedharmony.md) |",
     "",
