@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python experiments/bench_tables.py [--check] [--root DIR]
 
-A page marks each generated table with a pair of comments; the first names the records (bench.json
+A page marks each generated table with a pair of comment lines; the first names the records (bench.json
 files kept under docs/results/bench/, paths from the repository root) and `fedcore bench-table`'s
 options:
 
@@ -28,7 +28,9 @@ from pathlib import Path
 from fedcore.bench.tables import load_scenes, scene_body, scene_tables, summary_table
 from fedcore.errors import ConfigError
 
-BLOCK = re.compile(r"(<!-- bench-table (?P<args>[^\n]*?) -->\n)(?P<body>.*?)(<!-- /bench-table -->)", re.S)
+# A marker is a line of its own, so that prose may quote one.
+BLOCK = re.compile(r"^(<!-- bench-table (?P<args>[^\n]*?) -->\n)(?P<body>.*?)^(<!-- /bench-table -->)$", re.S | re.M)
+OPENER = re.compile(r"^<!-- bench-table ", re.M)
 
 
 class BlockError(ValueError):
@@ -66,7 +68,7 @@ def build(root: Path) -> dict[Path, str]:
     out: dict[Path, str] = {}
     for page in sorted((root / "docs").rglob("*.md")):
         text = page.read_text(encoding="utf-8")
-        if "<!-- bench-table " not in text:
+        if not OPENER.search(text):
             continue
 
         def fill(m: re.Match, page: Path = page) -> str:
@@ -76,7 +78,7 @@ def build(root: Path) -> dict[Path, str]:
                 raise BlockError(f"{page.relative_to(root)}: {err}") from None
 
         new = BLOCK.sub(fill, text)
-        if new.count("<!-- bench-table ") != len(BLOCK.findall(new)):
+        if len(OPENER.findall(new)) != len(BLOCK.findall(new)):
             raise BlockError(f"{page.relative_to(root)}: a <!-- bench-table ... --> line has no <!-- /bench-table -->")
         out[page] = new
     return out

@@ -68,3 +68,10 @@ def test_bad_markers_are_one_line_and_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1 and err.startswith("bench_tables: docs/page.md")
         assert (root / "docs/page.md").read_text(encoding="utf-8") == before  # nothing written
+
+
+def test_prose_may_quote_a_marker(tmp_path):
+    page = f"Blocks look like `<!-- bench-table {RECORD} -->` in prose.\n"
+    root = _tree(tmp_path, page)
+    assert bt.main(["--check", "--root", str(root)]) == 0
+    assert (root / "docs/page.md").read_text(encoding="utf-8") == page
