@@ -89,7 +89,11 @@ def executor(jobs: int) -> Iterator[cf.Executor]:
     if jobs <= 1:
         yield InProcess()
         return
-    with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    from fedcore.engine.interrupt import terminate_as_interrupt
+
+    # SIGTERM to this process must end the grid through the except below, not kill it outright
+    # (the default): the workers would be orphaned, running on with their run dirs locked.
+    with terminate_as_interrupt(), cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         try:
             yield pool
         except BaseException:

@@ -5,7 +5,12 @@ locked; without a terminal the progress is a line a finished job."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import io
+import os
+import signal
+import subprocess
+import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -60,3 +65,44 @@ def test_without_a_terminal_the_grid_prints_a_line_a_job_with_the_share_done(tmp
     assert len(lines) == 2
     assert lines[0].startswith("bench: 3/5 s a tune done (") and "left)" in lines[0]
     assert lines[1].startswith("bench: 4/5 s a default s0 diverged (")
+
+
+CHILD = """
+import concurrent.futures as cf, sys, time
+from fedcore.bench.runner import executor
+with executor(2) as pool:
+    busy = [pool.submit(time.sleep, 60) for _ in range(2)]
+    while not all(f.running() for f in busy):
+        time.sleep(0.05)
+    print(" ".join(str(p) for p in pool._processes), flush=True)
+    cf.wait(busy)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with contextlib.suppress(OSError):  # a dead child of the init process may linger as a zombie
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    return True
+
+
+def test_sigterm_to_the_bench_alone_stops_its_workers():
+    """`kill BENCH_PID` (a scheduler, a user): before, the bench died at once and its workers ran on."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(p) for p in child.stdout.readline().split()]
+        assert len(workers) == 2
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=30)
+        deadline = time.monotonic() + 10  # bounds a regression's wait; a stopped worker is gone at once
+        while not all(_gone(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_gone(p) for p in workers)
+    finally:
+        child.kill()
+        for pid in workers if "workers" in locals() else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
