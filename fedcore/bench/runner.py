@@ -93,7 +93,8 @@ def executor(jobs: int) -> Iterator[cf.Executor]:
 
     # SIGTERM to this process must end the grid through the except below, not kill it outright
     # (the default): the workers would be orphaned, running on with their run dirs locked.
-    with terminate_as_interrupt(), cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    spawn = multiprocessing.get_context("spawn")
+    with terminate_as_interrupt(), cf.ProcessPoolExecutor(jobs, mp_context=spawn) as pool:
         try:
             yield pool
         except BaseException:
