@@ -27,6 +27,7 @@ from pathlib import Path
 
 from fedcore.bench.tables import load_scenes, scene_body, scene_tables, summary_table
 from fedcore.errors import ConfigError
+from fedcore.io.files import refresh_texts
 
 # A marker is a line of its own, so that prose may quote one.
 BLOCK = re.compile(r"^(<!-- bench-table (?P<args>[^\n]*?) -->\n)(?P<body>.*?)^(<!-- /bench-table -->)$", re.S | re.M)
@@ -94,17 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except BlockError as err:
         print(f"bench_tables: {err}", file=sys.stderr)
         return 2
-    stale = [p for p, text in pages.items() if p.read_text(encoding="utf-8") != text]
-    if args.check:
-        for p in stale:
-            print(f"stale: {p.relative_to(args.root)} (run experiments/bench_tables.py)", file=sys.stderr)
-        return 1 if stale else 0
-    for p in stale:
-        tmp = p.with_suffix(".md.tmp")
-        tmp.write_text(pages[p], encoding="utf-8")
-        tmp.replace(p)
-        print(f"wrote {p.relative_to(args.root)}")
-    return 0
+    return refresh_texts(pages, args.root, args.check, "experiments/bench_tables.py")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import yaml
 
+from fedcore.io.files import refresh_texts
+
 PAGES = ("fedgr", "fedsir", "fedrg", "fedharmony")  # the seed papers, in the table's order
 FIELDS = ("seed", "claim", "paper", "ours", "scene", "verdict", "anchor")
 BLOCK = re.compile(r"<!-- claims\n(.*?)\n-->", re.S)
@@ -185,15 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ClaimsError, FileNotFoundError) as err:
         print(f"claims_table: {err}", file=sys.stderr)
         return 2
-    stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
-    if args.check:
-        for p in stale:
-            print(f"stale: {p.relative_to(args.root)} (run experiments/claims_table.py)", file=sys.stderr)
-        return 1 if stale else 0
-    for p in stale:
-        p.write_text(files[p], encoding="utf-8")
-        print(f"wrote {p.relative_to(args.root)}")
-    return 0
+    return refresh_texts(files, args.root, args.check, "experiments/claims_table.py")
 
 
 if __name__ == "__main__":
