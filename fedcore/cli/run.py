@@ -39,6 +39,10 @@ def run(
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="processes for this one run, each training a share "
                                        "of every round (torchrun; one GPU each on CUDA)")] = 1,
+    sweep: Annotated[Path | None, typer.Option("--sweep", help="a sweep file of tuned settings (fedcore bench's "
+                                               "tuned_sweep.yaml): train its selected row at its setting")] = None,
+    method: Annotated[str | None, typer.Option("--method", help="the method or variant to train (fedgr-robust); "
+                                               "with --sweep, that row at its tuned setting")] = None,
     katib_metrics: Annotated[bool, typer.Option("--katib-metrics", help="end by printing the validation metrics as "
                                                 "name=value lines (Katib's StdOut collector)")] = False,
 ) -> None:
@@ -58,6 +62,7 @@ def run(
     from fedcore.run import run_experiment
 
     out, resume = local_folder(out), local_folder(resume, "--resume")
+    set_ = [*row_overrides(config, set_, sweep, method), *(set_ or [])]  # --set wins; ranks get the whole list
     cfg = load_config(config, set_)
     out = out or resume_run_dir(resume) or Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}"
     if out.exists() and not out.is_dir():
@@ -87,6 +92,20 @@ def run(
         if katib_metrics:
             for line in katib_lines(result.summary):
                 print(line, flush=True)
+
+
+def row_overrides(config: Path, set_: list[str] | None, sweep: Path | None, method: str | None) -> list[str]:
+    """--method / --sweep as overrides: the row's method switch, then its tuned values."""
+    from fedcore.errors import UserError
+    from fedcore.pipeline.plan import load_sweep_spec, one_row_overrides
+    from fedcore.registries import load_config
+
+    if sweep is None and method is None:
+        return []
+    if method is not None and any(s.startswith("method.name=") for s in set_ or []):
+        raise UserError("pass the method once: --method or --set method.name=..., not both")
+    spec = None if sweep is None else load_sweep_spec(sweep)
+    return one_row_overrides(load_config(config, set_), spec, method, f"sweep file '{sweep}'")
 
 
 def interrupted(err: KeyboardInterrupt, out: Path):

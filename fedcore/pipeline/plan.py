@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedcore import safe_yaml
+from fedcore.bench.grid import VARIANTS
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError
 from fedcore.registries import config_from_dict
@@ -212,15 +213,41 @@ def selected_overrides(spec: SweepSpec, base: ExperimentConfig, where: str = "th
     """The overrides that make `base` train one row of a sweep file at its setting (the retrain
     pipeline): the row named with --method (the spec's one method), else the file's `selected`."""
     if len(spec.methods) > 1:
-        raise ConfigError(f"retrain trains one method; {where} with --method names {spec.methods}: keep one")
+        raise ConfigError(f"a retrain (or fedcore run) trains one method; {where} with --method names "
+                          f"{spec.methods}: keep one")
     row = spec.methods[0] if spec.methods else spec.selected
     if not row:
         raise ConfigError(f"{where} has no selected method (fedcore bench writes `selected: METHOD`); "
                           f"pass --method with one of: {', '.join(spec.method_overrides) or 'a registered method'}")
-    method = spec.selected_method if row == spec.selected and spec.selected_method else row
+    method = row_method(spec, row)
     own = spec.method_overrides.get(row, [])
     check_own_overrides(row, own)
     return [*method_overrides(base, method), *own]
+
+
+def one_row_overrides(base: ExperimentConfig, spec: SweepSpec | None, method: str | None,
+                      where: str = "the sweep file") -> list[str]:
+    """`fedcore run --method ROW [--sweep FILE]`: the overrides that make `base` train one row, a
+    registered method or a built-in variant (its fixed params included), at the sweep file's tuned
+    setting when one is given (its `selected` row when no --method)."""
+    if spec is None:
+        if method is None:
+            return []
+        variant = VARIANTS.get(method)
+        return ([*method_overrides(base, variant.method), *variant.set] if variant is not None
+                else method_overrides(base, method))
+    if method is not None:
+        spec = spec.model_copy(update={"methods": [method]})
+    return selected_overrides(spec, base, where)
+
+
+def row_method(spec: SweepSpec, row: str) -> str:
+    """The registered method a sweep row trains: the file's `selected_method` for its selected row,
+    a built-in variant's method (fedgr-robust: fedgr; the row's overrides carry its fixed params),
+    else the row's own name."""
+    if row == spec.selected and spec.selected_method:
+        return spec.selected_method
+    return VARIANTS[row].method if row in VARIANTS else row
 
 
 def load_sweep_spec(path: str | Path | None, overrides: dict[str, Any] | None = None) -> SweepSpec:

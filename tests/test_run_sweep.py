@@ -1,0 +1,69 @@
+"""`fedcore run CONFIG --method ROW [--sweep FILE]`: one row of a bench's tuned sweep file (its
+`selected` row by default), or a method or built-in variant at its defaults, trained by a plain run;
+--set still wins, and a file without a selected row (and no --method) is refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from fedcore import cli
+from fedcore.errors import ConfigError
+from fedcore.pipeline.plan import SweepSpec, one_row_overrides
+from fedcore.registries import load_config
+
+CONFIG = "configs/quickstart.yaml"
+SWEEP = """\
+selected: fedgr-robust
+selected_method: fedgr
+method_overrides:
+  fedavg: [train.lr=0.01]
+  fedgr-robust: [method.params.profile=robust, train.lr=0.03]
+  fedprox: [train.lr=0.02, method.params.mu=0.25]
+"""
+
+
+def test_the_selected_row_a_named_row_and_a_variant_without_a_file():
+    base = load_config(CONFIG)
+    spec = SweepSpec.model_validate(yaml.safe_load(SWEEP))
+    assert one_row_overrides(base, spec, None) == ["method.name=fedgr", "method.params={}",
+                                                   "method.params.profile=robust", "train.lr=0.03"]
+    assert one_row_overrides(base, spec, "fedprox") == ["method.name=fedprox", "method.params={}",
+                                                        "train.lr=0.02", "method.params.mu=0.25"]
+    # The config's own method: no switch, so its params in the config stay.
+    assert one_row_overrides(base, spec, "fedavg") == ["train.lr=0.01"]
+    assert one_row_overrides(base, None, "fedgr-robust") == ["method.name=fedgr", "method.params={}",
+                                                            "method.params.profile=robust"]
+    assert one_row_overrides(base, None, "fedprox") == ["method.name=fedprox", "method.params={}"]
+    assert one_row_overrides(base, None, None) == []
+    with pytest.raises(ConfigError, match="has no selected method"):
+        one_row_overrides(base, SweepSpec(method_overrides={"fedavg": ["train.lr=0.1"]}), None)
+
+
+def _run(tmp_path, *argv: str) -> dict:
+    out = tmp_path / "run"
+    cli.main(["run", CONFIG, "--out", str(out), "--no-progress", "--set", "train.rounds=1",
+              "--set", "data.max_train=300", *argv])
+    return yaml.safe_load((out / "config.yaml").read_text())
+
+
+def test_a_run_trains_the_files_row_at_its_setting_and_set_wins(tmp_path):
+    (tmp_path / "tuned.yaml").write_text(SWEEP)
+    cfg = _run(tmp_path, "--sweep", str(tmp_path / "tuned.yaml"), "--method", "fedprox", "--set", "train.lr=0.07")
+    assert cfg["method"]["name"] == "fedprox" and cfg["method"]["params"]["mu"] == 0.25
+    assert cfg["train"]["lr"] == 0.07 and cfg["train"]["rounds"] == 1
+
+
+def test_method_and_set_method_name_together_are_refused_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _run(tmp_path, "--method", "fedprox", "--set", "method.name=fedavg")
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in err and "--method or --set method.name" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_sweep_file_is_refused_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _run(tmp_path, "--sweep", str(tmp_path / "nope.yaml"))
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in err and "nope.yaml' not found" in err
