@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import multiprocessing
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -39,6 +40,13 @@ def execute(job: Job) -> str:
     log = job.out.parent / f"{job.out.name}.log"
     with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f), cpu_threads(1):
         return _tune(job) if job.kind == "tune" else _run(job)
+
+
+def timed(job: Job) -> tuple[str, float]:
+    """execute(job) and the seconds it took in its worker (what the grid's time left is paced on)."""
+    start = time.monotonic()
+    status = execute(job)
+    return status, time.monotonic() - start
 
 
 def _tune(job: Job) -> str:
@@ -109,25 +117,26 @@ def executor(jobs: int) -> Iterator[cf.Executor]:
 
 
 def run_jobs(first: list[Job], after: dict[Job, list[Job]], jobs: int,
-             done: Callable[[Job, str], None]) -> None:
-    """Every job not yet done, dependencies first; `done(job, status)` after each (status 'done',
-    'diverged' or 'skipped'). A failing job's error is raised once the running ones are stopped."""
+             done: Callable[[Job, str, float], None]) -> None:
+    """Every job not yet done, dependencies first; `done(job, status, seconds)` after each (status
+    'done', 'diverged' or 'skipped'; the seconds it ran). A failing job's error is raised once the
+    running ones are stopped."""
     with executor(jobs) as pool:
         running: dict[cf.Future, Job] = {}
 
         def finish(fut: cf.Future) -> None:
             job = running.pop(fut)
-            done(job, fut.result())  # a job's UserError ends the grid here, in one line
+            done(job, *fut.result())  # a job's UserError ends the grid here, in one line
             for nxt in after.get(job, []):
                 start(nxt)
 
         def start(job: Job) -> None:
             if is_done(job):
-                done(job, "skipped")
+                done(job, "skipped", 0.0)
                 for nxt in after.get(job, []):
                     start(nxt)
                 return
-            fut = pool.submit(execute, job)
+            fut = pool.submit(timed, job)
             running[fut] = job
             if fut.done():  # in-process: it ran already, and the bar should say so now
                 finish(fut)

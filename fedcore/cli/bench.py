@@ -44,7 +44,8 @@ def bench(
     g = load_grid(grid, trials=trials, seeds=int_list(seeds, "--seeds"), methods=str_list(methods), shared=cli_set)
     first, after = plan_grid(g, out, cli_set)
     prepare_data(data_jobs(g, out, cli_set), say=say)
-    with grid_progress([*first, *(j for js in after.values() for j in js)], progress, say, err_console) as done:
+    all_jobs = [*first, *(j for js in after.values() for j in js)]
+    with grid_progress(all_jobs, progress, say, err_console, workers=jobs) as done:
         run_jobs(first, after, jobs, done)
     result = write_results(g, out, cli_set)
     for name, scene in result["scenes"].items():

@@ -78,50 +78,59 @@ def trial_progress(total: int, done: int, enabled: bool = True,
 
 @contextlib.contextmanager
 def grid_progress(jobs: list[Any], enabled: bool, say: Callable[[str], None],
-                  console: Console | None = None) -> Iterator[Callable[[Any, str], None]]:
-    """`fedcore bench`'s bar over the whole grid, with the time left. Yields done(job, status).
+                  console: Console | None = None, workers: int = 1) -> Iterator[Callable[..., None]]:
+    """`fedcore bench`'s bar over the whole grid, with the time left. Yields done(job, status, seconds).
 
-    jobs: fedcore.bench.plan.Job (label, cost). What is done already is out of the total, so the
-    time left follows the work still to do; a tune weighs its trials still to go. Without the
-    bar, one line per finished job."""
+    jobs: fedcore.bench.plan.Job (label, row, cost). What is done already is out of the total; the
+    time left is each row's own pace on its finished jobs (`fedcore.bench.eta`), over `workers`.
+    Without the bar, one line per finished job."""
+    from fedcore.bench.eta import TimeLeft
     from fedcore.bench.plan import is_done
 
     costs = {j: 0 if is_done(j) else j.cost for j in jobs}
+    eta = TimeLeft(costs, {j: j.row for j in jobs}, workers)
     console = console or Console(stderr=True)
     if not enabled:
-        yield lambda job, status: say(f"bench: {job.label} {status}") if status != "skipped" else None
+        yield lambda job, status, seconds=0.0: say(f"bench: {job.label} {status}") if status != "skipped" else None
         return
     if not console.is_terminal:
         # A log file or a pod's stdout: rich draws no live bar there, so a grid of hours would print
         # nothing until its end. One line a finished job instead, with the share done and time left.
-        yield _progress_lines(costs, say)
+        yield _progress_lines(costs, eta, say)
         return
     bar = Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
-                   TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+                   TimeElapsedColumn(), TextColumn("{task.fields[left]}"), console=console)
     with bar:
-        task = bar.add_task("bench", total=sum(costs.values()), last="")
+        task = bar.add_task("bench", total=sum(costs.values()), last="", left="")
 
-        def done(job: Any, status: str) -> None:
+        def done(job: Any, status: str, seconds: float = 0.0) -> None:
             if status != "skipped":
-                bar.update(task, advance=costs[job], last=f"{job.label} {status}")
+                eta.finish(job, seconds)
+                bar.update(task, advance=costs[job], last=f"{job.label} {status}", left=_left(eta.left()))
 
         yield done
 
 
-def _progress_lines(costs: dict[Any, float], say: Callable[[str], None]) -> Callable[[Any, str], None]:
-    """done(job, status) printing 'bench: 14/112 LABEL done (0:17:06 elapsed, about 1:50:00 left)'."""
+def _left(seconds: float | None) -> str:
+    from datetime import timedelta
+
+    return "" if seconds is None else f"about {timedelta(seconds=round(seconds))} left"
+
+
+def _progress_lines(costs: dict[Any, float], eta: Any, say: Callable[[str], None]) -> Callable[..., None]:
+    """done(job, status, seconds) printing 'bench: 14/112 LABEL done (0:17:06 elapsed, about 1:50:00 left)'."""
     import time
     from datetime import timedelta
 
     total, start, advanced = sum(costs.values()), time.monotonic(), [0.0]
 
-    def done(job: Any, status: str) -> None:
+    def done(job: Any, status: str, seconds: float = 0.0) -> None:
         if status == "skipped":
             return
         advanced[0] += costs[job]
-        spent = time.monotonic() - start
-        left = spent / advanced[0] * (total - advanced[0]) if advanced[0] else None
-        eta = "" if left is None else f", about {timedelta(seconds=round(left))} left"
-        say(f"bench: {advanced[0]:g}/{total:g} {job.label} {status} ({timedelta(seconds=round(spent))} elapsed{eta})")
+        eta.finish(job, seconds)
+        left = _left(eta.left())
+        spent = timedelta(seconds=round(time.monotonic() - start))
+        say(f"bench: {advanced[0]:g}/{total:g} {job.label} {status} ({spent} elapsed{', ' + left if left else ''})")
 
     return done

@@ -59,12 +59,14 @@ def test_without_a_terminal_the_grid_prints_a_line_a_job_with_the_share_done(tmp
     quiet = Console(file=io.StringIO())  # not a terminal
     assert not quiet.is_terminal
     with grid_progress([tune, run, skipped], True, lines.append, quiet) as done:
-        done(tune, "done")
-        done(skipped, "skipped")
-        done(run, "diverged")
+        done(tune, "done", 300.0)
+        done(skipped, "skipped", 0.0)
+        done(run, "diverged", 90.0)
     assert len(lines) == 2
-    assert lines[0].startswith("bench: 3/5 s a tune done (") and "left)" in lines[0]
-    assert lines[1].startswith("bench: 4/5 s a default s0 diverged (")
+    # Row a's pace is 100 s a unit (its tune of 3 trials took 300 s): a's run and b's (at the grid's
+    # pace) are 200 s away; then a is (300 + 90) / 4 = 97.5 s a unit, b's run the one left.
+    assert lines[0].startswith("bench: 3/5 s a tune done (") and lines[0].endswith("about 0:03:20 left)")
+    assert lines[1].startswith("bench: 4/5 s a default s0 diverged (") and lines[1].endswith("about 0:01:38 left)")
 
 
 CHILD = """
