@@ -22,35 +22,42 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDS_DIR = ROOT / "docs/results/bench"
 
 
-RECORDS = {"quickstart": "quickstart", "digits_pairflip20": "digits-pairflip20"}  # record -> its scene
+# record -> its scenes; (record, scene) -> the shipped sweep of that scene's tuned settings
+RECORDS = {"quickstart": ["quickstart"], "digits_pairflip20": ["digits-pairflip20"],
+           "fmnist_fedsir_09": ["fedsir_09"]}
+SHIPPED = {("quickstart", "quickstart"): "configs/sweeps/quickstart_tuned.yaml",
+           ("fmnist_fedsir_09", "fedsir_09"): "configs/sweeps/fmnist_fedsir_09_tuned.yaml"}
+SCENES = [(r, s) for r, scenes in sorted(RECORDS.items()) for s in scenes]
 
 
-def _scene(name: str = "quickstart") -> tuple[dict, dict]:
-    bench = json.loads((RECORDS_DIR / f"{name}.json").read_text())
-    return bench, bench["scenes"][RECORDS[name]]
+def _record(name: str) -> dict:
+    return json.loads((RECORDS_DIR / f"{name}.json").read_text())
 
 
 @pytest.mark.parametrize("name", sorted(RECORDS))
 def test_the_record_was_run_from_the_shipped_grid(name):
-    bench, _ = _scene(name)
+    bench = _record(name)
     grid = load_grid(ROOT / f"experiments/grids/{name}.yaml")
+    assert sorted(bench["scenes"]) == sorted(RECORDS[name]) == sorted(grid.scenes)
     assert bench["grid"]["methods"] == list(grid.methods)
     assert (bench["grid"]["trials"], bench["grid"]["tuning_seed"]) == (grid.trials, grid.tuning_seed)
     assert bench["grid"]["seeds"] == list(grid.seeds)
     assert bench["grid"]["validation_fraction"] == grid.validation_fraction
 
 
-def test_the_shipped_tuned_sweep_is_the_records_tunes_to_the_digit():
-    _, scene = _scene()
-    shipped = yaml.safe_load((ROOT / "configs/sweeps/quickstart_tuned.yaml").read_text())
-    fixed = {m: t["fixed"] for m, t in scene["tuned"].items()}
-    # Every row of this grid is a registered method, so the chosen row is its own method.
-    assert shipped == tuned_sweep(scene["tuned"], fixed, selected=(scene["choice"], scene["choice"]))
+@pytest.mark.parametrize(("name", "scene"), sorted(SHIPPED))
+def test_the_shipped_tuned_sweep_is_the_records_tunes_to_the_digit(name, scene):
+    rec = _record(name)["scenes"][scene]
+    shipped = yaml.safe_load((ROOT / SHIPPED[name, scene]).read_text())
+    fixed = {m: t["fixed"] for m, t in rec["tuned"].items()}
+    # Every row of these grids is a registered method, so the chosen row is its own method.
+    assert shipped == tuned_sweep(rec["tuned"], fixed, selected=(rec["choice"], rec["choice"]))
 
 
-@pytest.mark.parametrize("name", sorted(RECORDS))
-def test_the_records_choice_follows_from_its_rows(name):
-    bench, scene = _scene(name)
-    got = choose(scene["rows"], bench["grid"]["seeds"])
-    assert (got["choice"], got["runner_up"]) == (scene["choice"], scene["runner_up"])
-    assert got["margin"] == scene["margin"]
+@pytest.mark.parametrize(("name", "scene"), SCENES)
+def test_the_records_choice_follows_from_its_rows(name, scene):
+    bench = _record(name)
+    rec = bench["scenes"][scene]
+    got = choose(rec["rows"], bench["grid"]["seeds"])
+    assert (got["choice"], got["runner_up"]) == (rec["choice"], rec["runner_up"])
+    assert got["margin"] == rec["margin"]
