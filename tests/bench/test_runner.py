@@ -108,3 +108,12 @@ def test_sigterm_to_the_bench_alone_stops_its_workers():
         for pid in workers if "workers" in locals() else []:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_in_a_terminal_the_bar_shows_the_time_left_at_each_rows_pace(tmp_path):
+    out = io.StringIO()
+    term = Console(file=out, force_terminal=True, width=160)
+    tune, run, other = _job(tmp_path, "tune", "a", trials=3), _job(tmp_path, "run", "a"), _job(tmp_path, "run", "b")
+    with grid_progress([tune, run, other], True, lambda line: None, term, workers=2) as done:
+        done(tune, "done", 600.0)  # 200 s a unit: a's run and b's (the grid's pace) are 400 s of work, on 2 workers
+    assert "about 0:03:20 left" in out.getvalue()  # the bar's last frame, drawn as it closes
