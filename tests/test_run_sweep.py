@@ -67,3 +67,18 @@ def test_a_missing_sweep_file_is_refused_in_one_line(tmp_path, capsys):
         _run(tmp_path, "--sweep", str(tmp_path / "nope.yaml"))
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and "\n" not in err and "nope.yaml' not found" in err
+
+
+def test_a_sweep_plans_a_built_in_variant_row_under_its_own_name():
+    from fedcore.pipeline.plan import plan_sweep, run_overrides, shared_data
+
+    base = shared_data(load_config(CONFIG))
+    spec = SweepSpec(methods=["fedgr", "fedgr-robust"],
+                     method_overrides={"fedgr-robust": ["method.params.profile=robust", "train.lr=0.03"]})
+    runs = plan_sweep(base, spec)[0].runs
+    assert [r.method for r in runs] == ["fedgr", "fedgr-robust"]
+    assert runs[0].name.startswith("fedgr · ") and runs[1].name.startswith("fedgr-robust · ")
+    # What a run task trains at run time (fedcore.pipeline.inputs.resolve applies these overrides).
+    over = run_overrides(base, [], "fedgr-robust", 0, spec.method_overrides["fedgr-robust"])
+    cfg = load_config(CONFIG, list(over))
+    assert cfg.method.name == "fedgr" and cfg.method.params["profile"] == "robust" and cfg.train.lr == 0.03

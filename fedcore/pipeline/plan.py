@@ -130,6 +130,11 @@ def shared_data(cfg: ExperimentConfig) -> ExperimentConfig:
 
 
 def method_overrides(base: ExperimentConfig, method: str) -> list[str]:
+    """The switch from base's method to `method`, a registered method or a built-in variant (fedgr-robust:
+    fedgr with its fixed params, `fedcore.bench.grid.VARIANTS`)."""
+    variant = VARIANTS.get(method)
+    if variant is not None:
+        return [*method_overrides(base, variant.method), *variant.set]
     # Another method's params would be rejected by this one's params model.
     return [] if method == base.method.name else [f"method.name={method}", "method.params={}"]
 
@@ -163,7 +168,9 @@ def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
         for method in methods:
             for seed in seeds:
                 cfg = apply(base, run_overrides(base, set_overrides, method, seed, own.get(method, ())))
-                runs.append(RunPlan(method, seed, stage_shape(cfg), run_name_for(cfg)))
+                # A variant row is named as the row, not its method: fedgr and fedgr-robust may share a sweep.
+                name_ = run_name_for(cfg).replace(cfg.method.name, method, 1)
+                runs.append(RunPlan(method, seed, stage_shape(cfg), name_))
         active = tuple(i for i, r in enumerate(runs) if name not in only or r.method in only[name])
         plans.append(SettingPlan(name, tuple(set_overrides), set_cfg.data_hash(), runs, active, own))
     _check_same_stages(plans)
@@ -231,23 +238,17 @@ def one_row_overrides(base: ExperimentConfig, spec: SweepSpec | None, method: st
     registered method or a built-in variant (its fixed params included), at the sweep file's tuned
     setting when one is given (its `selected` row when no --method)."""
     if spec is None:
-        if method is None:
-            return []
-        variant = VARIANTS.get(method)
-        return ([*method_overrides(base, variant.method), *variant.set] if variant is not None
-                else method_overrides(base, method))
+        return [] if method is None else method_overrides(base, method)
     if method is not None:
         spec = spec.model_copy(update={"methods": [method]})
     return selected_overrides(spec, base, where)
 
 
 def row_method(spec: SweepSpec, row: str) -> str:
-    """The registered method a sweep row trains: the file's `selected_method` for its selected row,
-    a built-in variant's method (fedgr-robust: fedgr; the row's overrides carry its fixed params),
-    else the row's own name."""
-    if row == spec.selected and spec.selected_method:
-        return spec.selected_method
-    return VARIANTS[row].method if row in VARIANTS else row
+    """What a sweep row switches to: the file's `selected_method` for its selected row (a grid's own
+    variant: the row's overrides carry its fixed params), else the row, a registered method or a
+    built-in variant (`method_overrides`)."""
+    return spec.selected_method if row == spec.selected and spec.selected_method else row
 
 
 def load_sweep_spec(path: str | Path | None, overrides: dict[str, Any] | None = None) -> SweepSpec:

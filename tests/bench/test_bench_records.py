@@ -24,9 +24,10 @@ RECORDS_DIR = ROOT / "docs/results/bench"
 
 # record -> its scenes; (record, scene) -> the shipped sweep of that scene's tuned settings
 RECORDS = {"quickstart": ["quickstart"], "digits_pairflip20": ["digits-pairflip20"],
-           "fmnist_fedsir_09": ["fedsir_09"]}
+           "fmnist_fedsir_09": ["fedsir_09"], "fmnist_fedharmony_scenes": ["fedharmony_scenes"]}
 SHIPPED = {("quickstart", "quickstart"): "configs/sweeps/quickstart_tuned.yaml",
-           ("fmnist_fedsir_09", "fedsir_09"): "configs/sweeps/fmnist_fedsir_09_tuned.yaml"}
+           ("fmnist_fedsir_09", "fedsir_09"): "configs/sweeps/fmnist_fedsir_09_tuned.yaml",
+           ("fmnist_fedharmony_scenes", "fedharmony_scenes"): "configs/sweeps/fmnist_fedharmony_scenes_tuned.yaml"}
 SCENES = [(r, s) for r, scenes in sorted(RECORDS.items()) for s in scenes]
 
 
@@ -50,7 +51,7 @@ def test_the_shipped_tuned_sweep_is_the_records_tunes_to_the_digit(name, scene):
     rec = _record(name)["scenes"][scene]
     shipped = yaml.safe_load((ROOT / SHIPPED[name, scene]).read_text())
     fixed = {m: t["fixed"] for m, t in rec["tuned"].items()}
-    # Every row of these grids is a registered method, so the chosen row is its own method.
+    # Every chosen row of these grids is a registered method, so it is its own method.
     assert shipped == tuned_sweep(rec["tuned"], fixed, selected=(rec["choice"], rec["choice"]))
 
 
@@ -61,3 +62,26 @@ def test_the_records_choice_follows_from_its_rows(name, scene):
     got = choose(rec["rows"], bench["grid"]["seeds"])
     assert (got["choice"], got["runner_up"]) == (rec["choice"], rec["runner_up"])
     assert got["margin"] == rec["margin"]
+
+
+@pytest.mark.parametrize(("name", "scene"), sorted(SHIPPED))
+def test_fedcore_run_with_the_shipped_sweep_trains_the_records_tuned_runs(name, scene):
+    """`fedcore run CONFIG --sweep FILE --method ROW` (plus the table's seed and validation split) builds the
+    very config the bench's tuned run of ROW had: its tune's best trial, moved to the reporting seed."""
+    from fedcore.bench.plan import row_base, seed_overrides
+    from fedcore.pipeline.plan import load_sweep_spec, one_row_overrides
+    from fedcore.registries import load_config
+
+    bench = _record(name)
+    grid = load_grid(ROOT / f"experiments/grids/{name}.yaml")
+    sc, rec = grid.scenes[scene], bench["scenes"][scene]
+    spec = load_sweep_spec(ROOT / SHIPPED[name, scene])
+    seed = grid.seeds[-1]
+    table = [f"data.validation.fraction={grid.validation_fraction}", *seed_overrides(sc, seed)]
+    for row, tune in rec["tuned"].items():
+        best = [f"{k}={v!r}" for k, v in tune["best_params"].items()]
+        bench_run = load_config(sc.config, [*row_base(grid, scene, row, []), *seed_overrides(sc, grid.tuning_seed),
+                                            *best, *seed_overrides(sc, seed)])
+        base = load_config(sc.config, table)
+        ours = load_config(sc.config, [*one_row_overrides(base, spec, row), *table])
+        assert ours.config_hash() == bench_run.config_hash(), row
