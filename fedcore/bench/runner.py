@@ -107,13 +107,34 @@ def executor(jobs: int) -> Iterator[cf.Executor]:
             yield pool
         except BaseException:
             # Ctrl-C reaches the workers through the terminal's process group, a SIGTERM sent to this
-            # process alone (`kill`, a scheduler) does not: stop them the same way (a run saves its
-            # checkpoint and ends), so that none goes on holding a core and its run dir's lock.
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                if proc.is_alive():
-                    proc.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            # process alone (`kill`, a scheduler) does not; either way each worker must end, so that
+            # none goes on holding a core and its run dir's lock.
+            stop_workers(list((getattr(pool, "_processes", None) or {}).values()), pool)
             raise
+
+
+STOP_GRACE_S = 10.0
+
+
+def stop_workers(procs: list, pool: cf.Executor, grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM each worker, then SIGKILL the ones still alive after `grace` seconds.
+
+    A job turns SIGTERM into an exception (a run or a tune ends as `fedcore run` does on it), but the
+    pool's worker loop catches that exception and goes on to the next job it was handed, so SIGTERM
+    alone left the workers training and the bench waiting on them. No more jobs are handed out
+    first; a killed job loses no more than a terminated one (a run checkpoints at stage ends or every
+    train.checkpoint_every rounds, and a tune marks a trial it finds still running as failed)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.terminate()
+    deadline = time.monotonic() + grace
+    for p in alive:
+        p.join(max(deadline - time.monotonic(), 0.0))
+    for p in alive:
+        if p.is_alive():
+            p.kill()
+            p.join(5.0)
 
 
 def run_jobs(first: list[Job], after: dict[Job, list[Job]], jobs: int,

@@ -22,6 +22,8 @@ from fedcore.bench.plan import Job
 from fedcore.bench.runner import executor
 from fedcore.reporting.progress import grid_progress
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_an_interrupted_grid_stops_the_jobs_its_workers_are_running():
     with pytest.raises(KeyboardInterrupt):
@@ -81,6 +83,25 @@ with executor(2) as pool:
 """
 
 
+# Jobs as the bench's are: each turns SIGTERM into an exception while it trains (tests/bench/sigterm_jobs.py).
+TRAINING_CHILD = """
+import concurrent.futures as cf, sys, tempfile, time
+from pathlib import Path
+from fedcore.bench.runner import executor
+from tests.bench.sigterm_jobs import train
+
+flags = Path(tempfile.mkdtemp())
+with executor(2) as pool:
+    busy = [pool.submit(train, 60, str(flags / str(i))) for i in range(4)]
+    while len(list(flags.iterdir())) < 2:
+        if any(f.done() for f in busy):
+            sys.exit(f"a job ended before training: {next(f for f in busy if f.done()).exception()!r}")
+        time.sleep(0.05)
+    print(" ".join(str(p) for p in pool._processes), flush=True)
+    cf.wait(busy)
+"""
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -91,9 +112,11 @@ def _gone(pid: int) -> bool:
     return True
 
 
-def test_sigterm_to_the_bench_alone_stops_its_workers():
-    """`kill BENCH_PID` (a scheduler, a user): before, the bench died at once and its workers ran on."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("program", [CHILD, TRAINING_CHILD], ids=["plain-jobs", "jobs-that-catch-sigterm"])
+def test_sigterm_to_the_bench_alone_stops_its_workers(program):
+    """`kill BENCH_PID` (a scheduler, a user): before, the bench died at once and its workers ran on; then,
+    a worker whose job turned SIGTERM into an exception went on to its next job, and the bench waited."""
+    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         workers = [int(p) for p in child.stdout.readline().split()]
         assert len(workers) == 2
