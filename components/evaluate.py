@@ -24,7 +24,7 @@ def evaluate(
     cfg = resolve(inp)
     try:
         ev = evaluation.evaluate(cfg, dataset.path, run.path, report.path, figures.path, run_id, inp.setting_name,
-                                 label)
+                                 label, row=inp.row)
     except BaseException as err:
         runs.fail_run(cfg, run_id, label, err)
         raise

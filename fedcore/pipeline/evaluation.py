@@ -41,18 +41,21 @@ def rate_estimates(history: list[dict[str, Any]]) -> dict[int, float]:
     return {}
 
 
-def record(cfg: ExperimentConfig, final: dict[str, Any], run_id: str, setting: str, task: str) -> dict[str, Any]:
-    """One run's row for `compare`: labels, the flattened config (for grouping) and its summary."""
+def record(cfg: ExperimentConfig, final: dict[str, Any], run_id: str, setting: str, task: str,
+           row: str = "") -> dict[str, Any]:
+    """One run's row for `compare`: labels, the flattened config (for grouping) and its summary.
+    row: the sweep row, when a variant (fedgr-robust) names it rather than its method."""
     from fedcore.reporting.compare import flat_config
 
-    return {"setting": setting, "method": cfg.method.name, "group": f"{cfg.method.name} · {setting}",
+    row = row or cfg.method.name
+    return {"setting": setting, "method": row, "group": f"{row} · {setting}",
             "seed": cfg.seed, "config_hash": cfg.config_hash(), "config": flat_config(cfg.to_dict()),
             "data_sha256": final.get("data_sha256"), "run_id": run_id, "rounds": final.get("rounds"),
             "summary": final["summary"], "task": task}
 
 
 def evaluate(cfg: ExperimentConfig, data_dir: str | Path, run_dir: str | Path, report_dir: str | Path,
-             out_dir: str | Path, run_id: str = "", setting: str = "", label: str = "") -> Evaluation:
+             out_dir: str | Path, run_id: str = "", setting: str = "", label: str = "", row: str = "") -> Evaluation:
     """Final metrics, confusion matrix, noise-rate figure and curves of a finished run; closes its child run."""
     from fedcore.data.federated import FederatedDataset
 
@@ -63,7 +66,7 @@ def evaluate(cfg: ExperimentConfig, data_dir: str | Path, run_dir: str | Path, r
     final = json.loads(metrics_file.read_text())
     history = read_history(run_dir / "history.csv")
     fed = FederatedDataset.load(data_dir)
-    ev = Evaluation(record=record(cfg, final, run_id, setting or "default", fed.task),
+    ev = Evaluation(record=record(cfg, final, run_id, setting or "default", fed.task, row),
                     class_names=list(fed.meta.get("class_names") or []))
     ev.figures = _figures(cfg, fed, history, run_dir, out, ev)
     _write_json(out / "record.json", ev.record)

@@ -44,6 +44,11 @@ class RunInputs:
     def setting_name(self) -> str:
         return str(self.setting.get("setting") or "")
 
+    @property
+    def row(self) -> str:
+        """The sweep row this slot runs (a method or a built-in variant such as fedgr-robust); '' for slot -1."""
+        return slot_of(self.methods, self.seeds, self.slot, self.slots)[0] if self.slot >= 0 else ""
+
 
 def parse_config(config: dict[str, Any] | str, overrides: Sequence[str] = ()) -> ExperimentConfig:
     """The pipeline's config input (a mapping, or its YAML/JSON text) plus its `--set` overrides, validated."""

@@ -67,7 +67,7 @@ def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Pat
         cfg = resolve(inp)
         if cfg.tracking.backend != "none":
             # Opened first: whatever fails from here on is recorded on this run's child.
-            rid = run_id or open_child(cfg, parent_run_id, inp.setting_name)
+            rid = run_id or open_child(cfg, parent_run_id, inp.setting_name, inp.row)
         check_stages(cfg, stages)
         from fedcore.tracking.pipeline_runs import TASK_TAG
 
@@ -115,7 +115,7 @@ def whole_run(inp: RunInputs, dataset: Any, report_dir: str | Path, tracking_dir
                              rid, f"{label}-{stage}", getattr(dataset, "uri", "") or "")
     try:
         ev = evaluation.evaluate(cfg, dataset.path, out_dir, report_dir, figures_dir, rid, inp.setting_name,
-                                 f"{label}-evaluate")
+                                 f"{label}-evaluate", row=method)
     except BaseException as err:
         fail_run(cfg, rid, f"{label}-evaluate", err)
         raise

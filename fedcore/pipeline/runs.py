@@ -64,17 +64,21 @@ def parent_of(tracking_file: str | Path) -> str:
         raise ArtifactError(f"'{tracking_file}' is not a start_tracking output; rerun the pipeline") from None
 
 
-def open_child(cfg: ExperimentConfig, parent_run_id: str, setting: str) -> str:
+def open_child(cfg: ExperimentConfig, parent_run_id: str, setting: str, row: str = "") -> str:
     """Create the child run of one (method, seed, setting), RUNNING for the stages; it takes
-    the parent's Source tags (a task's own command line means nothing to a reader)."""
+    the parent's Source tags (a task's own command line means nothing to a reader). row: the
+    sweep row when it is a variant (fedgr-robust), tagged `row` and named so, as fedgr and
+    fedgr-robust runs of one sweep would otherwise read alike."""
     from fedcore.tracking.base import run_name_for, standard_tags
     from fedcore.tracking.pipeline_runs import source_of
 
     tracker = tracker_for(cfg)
-    tags = {**standard_tags(cfg), "setting": setting or "default", "fedcore.role": "child"}
+    row = row or cfg.method.name
+    tags = {**standard_tags(cfg), "row": row, "setting": setting or "default", "fedcore.role": "child"}
     if parent_run_id:
         tags.update(source_of(tracker, parent_run_id))
-    return tracker.start(cfg.tracking.run_name or run_name_for(cfg), tags, parent_run_id=parent_run_id or None)
+    name = cfg.tracking.run_name or run_name_for(cfg).replace(cfg.method.name, row, 1)
+    return tracker.start(name, tags, parent_run_id=parent_run_id or None)
 
 
 def finish_parent(cfg: ExperimentConfig, parent_run_id: str, files: list[Path]) -> None:

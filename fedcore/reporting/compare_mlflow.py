@@ -77,8 +77,9 @@ def _record(row: Any) -> dict[str, Any] | None:
     params = {c[len("params."):]: str(v) for c, v in row.items() if c.startswith("params.") and get(c) is not None}
     config = {k: v for k, v in params.items() if k == "seed" or k.startswith(CONFIG_SECTIONS)}
     setting = get("tags.setting") or get("tags.noise_type") or "default"
-    return {"method": get("tags.method"), "setting": setting, "seed": get("params.seed"), "task": get("tags.task"),
-            "run_id": row["run_id"], "group": f"{get('tags.method')} · {setting}", "summary": summary,
+    method = get("tags.row") or get("tags.method")  # a sweep's variant row (fedgr-robust) apart from its method
+    return {"method": method, "setting": setting, "seed": get("params.seed"), "task": get("tags.task"),
+            "run_id": row["run_id"], "group": f"{method} · {setting}", "summary": summary,
             "config": config or None}
 
 
