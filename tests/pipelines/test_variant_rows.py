@@ -40,6 +40,7 @@ def test_variant_row_is_recorded_tagged_and_named_as_itself(tmp_path, monkeypatc
     client = MlflowClient(tracking_uri=cfg.tracking.uri)
     child = client.get_run(records[1]["run_id"])
     assert child.data.tags["method"] == "fedgr" and child.data.tags["row"] == "fedgr-robust"
+    assert child.data.tags["mlflow.parentRunId"] == parent
     assert child.info.run_name.startswith("fedgr-robust · ")
     assert client.get_run(records[0]["run_id"]).data.tags["row"] == "fedgr"
     by_run = {r["run_id"]: r["group"] for r in load_records("rows", cfg.tracking.uri)}
