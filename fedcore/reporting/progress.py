@@ -84,28 +84,42 @@ def grid_progress(jobs: list[Any], enabled: bool, say: Callable[[str], None],
     jobs: fedcore.bench.plan.Job (label, row, cost). What is done already is out of the total; the
     time left is each row's own pace on its finished jobs (`fedcore.bench.eta`), over `workers`.
     Without the bar, one line per finished job."""
-    from fedcore.bench.eta import TimeLeft
+    from fedcore.bench.eta import TimeLeft, load_time, save_time
     from fedcore.bench.plan import is_done
 
     costs = {j: 0 if is_done(j) else j.cost for j in jobs}
     eta = TimeLeft(costs, {j: j.row for j in jobs}, workers)
+    for j in jobs:
+        if costs[j] == 0 and (past := load_time(j.out)) is not None:
+            eta.add_past(j.row, *past)
+
+    def finished(job: Any, seconds: float) -> None:
+        if seconds > 0:
+            save_time(job.out, seconds, costs[job])
+        eta.finish(job, seconds)
+
     console = console or Console(stderr=True)
     if not enabled:
-        yield lambda job, status, seconds=0.0: say(f"bench: {job.label} {status}") if status != "skipped" else None
+        def quiet(job: Any, status: str, seconds: float = 0.0) -> None:
+            if status != "skipped":
+                finished(job, seconds)
+                say(f"bench: {job.label} {status}")
+
+        yield quiet
         return
     if not console.is_terminal:
         # A log file or a pod's stdout: rich draws no live bar there, so a grid of hours would print
         # nothing until its end. One line a finished job instead, with the share done and time left.
-        yield _progress_lines(costs, eta, say)
+        yield _progress_lines(costs, eta, finished, say)
         return
     bar = Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
                    TimeElapsedColumn(), TextColumn("{task.fields[left]}"), console=console)
     with bar:
-        task = bar.add_task("bench", total=sum(costs.values()), last="", left="")
+        task = bar.add_task("bench", total=sum(costs.values()), last="", left=_left(eta.left()))
 
         def done(job: Any, status: str, seconds: float = 0.0) -> None:
             if status != "skipped":
-                eta.finish(job, seconds)
+                finished(job, seconds)
                 bar.update(task, advance=costs[job], last=f"{job.label} {status}", left=_left(eta.left()))
 
         yield done
@@ -117,18 +131,21 @@ def _left(seconds: float | None) -> str:
     return "" if seconds is None else f"about {timedelta(seconds=round(seconds))} left"
 
 
-def _progress_lines(costs: dict[Any, float], eta: Any, say: Callable[[str], None]) -> Callable[..., None]:
+def _progress_lines(costs: dict[Any, float], eta: Any, finished: Callable[[Any, float], None],
+                    say: Callable[[str], None]) -> Callable[..., None]:
     """done(job, status, seconds) printing 'bench: 14/112 LABEL done (0:17:06 elapsed, about 1:50:00 left)'."""
     import time
     from datetime import timedelta
 
     total, start, advanced = sum(costs.values()), time.monotonic(), [0.0]
+    if (known := eta.left()) is not None:  # a resumed grid: its earlier jobs' pace is known already
+        say(f"bench: {total:g} units to do, {_left(known)}")
 
     def done(job: Any, status: str, seconds: float = 0.0) -> None:
         if status == "skipped":
             return
         advanced[0] += costs[job]
-        eta.finish(job, seconds)
+        finished(job, seconds)
         left = _left(eta.left())
         spent = timedelta(seconds=round(time.monotonic() - start))
         say(f"bench: {advanced[0]:g}/{total:g} {job.label} {status} ({spent} elapsed{', ' + left if left else ''})")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from rich.console import Console
 
 from fedcore.bench.eta import TimeLeft
 
@@ -29,3 +32,49 @@ def test_a_tune_weighs_its_trials_and_workers_share_the_work():
     assert eta.left() == pytest.approx(2 * 100.0 / 2)
     eta.finish("run", 0.0)  # skipped or instant: it teaches nothing about the pace
     assert eta.left() == pytest.approx(100.0 / 2)
+
+
+def test_a_finished_jobs_past_pace_counts_like_its_own():
+    eta = TimeLeft({"run": 1, "run2": 1}, {"run": "a", "run2": "a"}, workers=1)
+    eta.add_past("a", 300.0, 3)
+    assert eta.left() == pytest.approx(2 * 100.0)
+    eta.add_past("a", 0.0, 1)  # a time never measured teaches nothing
+    assert eta.left() == pytest.approx(2 * 100.0)
+
+
+def _job(tmp_path, name: str, row: str):
+    from fedcore.bench.plan import Job
+
+    return Job("run", "scene", row, "default", 0, "cfg.yaml", (), tmp_path / row / name, tmp_path / "data")
+
+
+def test_a_resumed_grid_is_paced_on_the_jobs_an_earlier_invocation_finished(tmp_path):
+    from fedcore.bench.eta import load_time, time_file
+    from fedcore.reporting.progress import grid_progress
+
+    slow = [_job(tmp_path, f"s{i}", "dividemix") for i in range(3)]
+    fast = [_job(tmp_path, f"s{i}", "fedavg") for i in range(3)]
+    lines: list[str] = []
+    with grid_progress([*slow, *fast], True, lines.append, Console(file=io.StringIO()), workers=1) as done:
+        for job, seconds in ((slow[0], 600.0), (fast[0], 30.0)):
+            (job.out / "metrics.json").parent.mkdir(parents=True)
+            (job.out / "metrics.json").write_text("{}")
+            done(job, "done", seconds)
+    assert load_time(slow[0].out) == (600.0, 1.0)
+    assert time_file(fast[0].out).is_file()
+
+    lines.clear()
+    # The next invocation: before any of its jobs ends, the two left of each row at their own pace.
+    with grid_progress([*slow, *fast], True, lines.append, Console(file=io.StringIO()), workers=1):
+        pass
+    assert lines == ["bench: 4 units to do, about 0:21:00 left"]
+
+
+def test_a_damaged_time_file_only_coarsens_the_estimate(tmp_path):
+    from fedcore.bench.eta import load_time, save_time, time_file
+
+    out = tmp_path / "row" / "s0"
+    save_time(out, 12.34, 1)
+    assert load_time(out) == (12.3, 1.0)
+    time_file(out).write_text("{not json")
+    assert load_time(out) is None
