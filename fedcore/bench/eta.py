@@ -14,8 +14,9 @@ Without them a resumed grid paced everything on its first job, "12 hours left" f
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 
 class TimeLeft:
@@ -68,3 +69,16 @@ def load_time(out: Path) -> tuple[float, float] | None:
         return float(data["seconds"]), float(data["units"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def grid_eta(jobs: Sequence[Any], workers: int = 1) -> tuple[dict[Any, float], TimeLeft]:
+    """(progress units each job still needs, a TimeLeft already paced on the finished jobs' saved times)
+    for a grid's jobs (`fedcore.bench.plan.Job`)."""
+    from fedcore.bench.plan import is_done
+
+    costs = {j: 0 if is_done(j) else j.cost for j in jobs}
+    eta = TimeLeft(costs, {j: j.row for j in jobs}, workers)
+    for j in jobs:
+        if costs[j] == 0 and (past := load_time(j.out)) is not None:
+            eta.add_past(j.row, *past)
+    return costs, eta

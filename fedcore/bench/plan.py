@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fedcore.bench.grid import Grid, Scene
 
@@ -126,6 +127,21 @@ def plan_grid(grid: Grid, out: Path, cli_set: list[str]) -> tuple[list[Job], dic
             first += [run_job(grid, out, name, row, "default", s, base) for s in grid.seeds]
             after[tune] = [run_job(grid, out, name, row, "tuned", s, base) for s in grid.seeds]
     return first, after
+
+
+def grid_todo(jobs: list[Job]) -> list[dict[str, Any]]:
+    """Per (scene, row), in the grid's order: [done, planned] of its tune's trials and of its default
+    and tuned runs (what `fedcore bench --dry-run` prints)."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for j in jobs:
+        r = rows.setdefault((j.scene, j.row), {"scene": j.scene, "row": j.row, "trials": [0, 0],
+                                               "default": [0, 0], "tuned": [0, 0]})
+        if j.kind == "tune":
+            r["trials"] = [min(finished_trials(j.out), j.trials), j.trials]
+        else:
+            r[j.setting][0] += int(is_done(j))
+            r[j.setting][1] += 1
+    return list(rows.values())
 
 
 def data_jobs(grid: Grid, out: Path, cli_set: list[str]) -> list[tuple[Path, str, list[str]]]:

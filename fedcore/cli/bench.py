@@ -30,6 +30,9 @@ def bench(
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="tunes and runs at once, each in its own "
                                       "process on one thread")] = 1,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what is left to run per scene and method, "
+                                          "and the time left where OUT's finished jobs measured it; run "
+                                          "nothing")] = False,
 ) -> None:
     """Pick a method for your federation: equal-budget tunes on validation, then default and tuned
     runs on the reporting seeds. Resumable: a rerun does only what is missing. Writes OUT/bench.json."""
@@ -43,8 +46,11 @@ def bench(
     cli_set = list(set_ or [])
     g = load_grid(grid, trials=trials, seeds=int_list(seeds, "--seeds"), methods=str_list(methods), shared=cli_set)
     first, after = plan_grid(g, out, cli_set)
-    prepare_data(data_jobs(g, out, cli_set), say=say)
     all_jobs = [*first, *(j for js in after.values() for j in js)]
+    if dry_run:
+        print_todo(all_jobs, jobs, out)
+        return
+    prepare_data(data_jobs(g, out, cli_set), say=say)
     with grid_progress(all_jobs, progress, say, err_console, workers=jobs) as done:
         run_jobs(first, after, jobs, done)
     result = write_results(g, out, cli_set)
@@ -52,6 +58,30 @@ def bench(
         console.print(choice_line(name, scene), markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote {out / 'bench.json'} (per scene: tuned_sweep.yaml, table.md, report/report.md)",
                   markup=False, highlight=False)
+
+
+def print_todo(jobs: list, workers: int, out: Path) -> None:
+    """--dry-run: a row per (scene, method) with what is done of its tune and runs, then the total."""
+    from rich.table import Table
+
+    from fedcore.bench.eta import grid_eta
+    from fedcore.bench.plan import grid_todo
+    from fedcore.reporting.progress import time_left
+
+    table = Table("scene", "method", "tune trials", "default runs", "tuned runs", title=f"fedcore bench {out}")
+    for r in grid_todo(jobs):
+        table.add_row(r["scene"], r["row"], *(f"{done}/{planned}" for done, planned in
+                                               (r["trials"], r["default"], r["tuned"])))
+    console.print(table)
+    costs, eta = grid_eta(jobs, workers)
+    units = sum(costs.values())
+    if not units:
+        console.print("nothing left to run: `fedcore bench` writes bench.json from the finished runs")
+        return
+    left = time_left(eta.left())
+    console.print(f"{units:g} units to run (a run is one, a tune its trials left) with --jobs {workers}; "
+                  + (left if left else "no time measured yet in this OUT (each job's time is kept as it ends)"),
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def say(line: str) -> None:

@@ -84,14 +84,9 @@ def grid_progress(jobs: list[Any], enabled: bool, say: Callable[[str], None],
     jobs: fedcore.bench.plan.Job (label, row, cost). What is done already is out of the total; the
     time left is each row's own pace on its finished jobs (`fedcore.bench.eta`), over `workers`.
     Without the bar, one line per finished job."""
-    from fedcore.bench.eta import TimeLeft, load_time, save_time
-    from fedcore.bench.plan import is_done
+    from fedcore.bench.eta import grid_eta, save_time
 
-    costs = {j: 0 if is_done(j) else j.cost for j in jobs}
-    eta = TimeLeft(costs, {j: j.row for j in jobs}, workers)
-    for j in jobs:
-        if costs[j] == 0 and (past := load_time(j.out)) is not None:
-            eta.add_past(j.row, *past)
+    costs, eta = grid_eta(jobs, workers)
 
     def finished(job: Any, seconds: float) -> None:
         if seconds > 0:
@@ -115,17 +110,17 @@ def grid_progress(jobs: list[Any], enabled: bool, say: Callable[[str], None],
     bar = Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
                    TimeElapsedColumn(), TextColumn("{task.fields[left]}"), console=console)
     with bar:
-        task = bar.add_task("bench", total=sum(costs.values()), last="", left=_left(eta.left()))
+        task = bar.add_task("bench", total=sum(costs.values()), last="", left=time_left(eta.left()))
 
         def done(job: Any, status: str, seconds: float = 0.0) -> None:
             if status != "skipped":
                 finished(job, seconds)
-                bar.update(task, advance=costs[job], last=f"{job.label} {status}", left=_left(eta.left()))
+                bar.update(task, advance=costs[job], last=f"{job.label} {status}", left=time_left(eta.left()))
 
         yield done
 
 
-def _left(seconds: float | None) -> str:
+def time_left(seconds: float | None) -> str:
     from datetime import timedelta
 
     return "" if seconds is None else f"about {timedelta(seconds=round(seconds))} left"
@@ -139,14 +134,14 @@ def _progress_lines(costs: dict[Any, float], eta: Any, finished: Callable[[Any, 
 
     total, start, advanced = sum(costs.values()), time.monotonic(), [0.0]
     if (known := eta.left()) is not None:  # a resumed grid: its earlier jobs' pace is known already
-        say(f"bench: {total:g} units to do, {_left(known)}")
+        say(f"bench: {total:g} units to do, {time_left(known)}")
 
     def done(job: Any, status: str, seconds: float = 0.0) -> None:
         if status == "skipped":
             return
         advanced[0] += costs[job]
         finished(job, seconds)
-        left = _left(eta.left())
+        left = time_left(eta.left())
         spent = timedelta(seconds=round(time.monotonic() - start))
         say(f"bench: {advanced[0]:g}/{total:g} {job.label} {status} ({spent} elapsed{', ' + left if left else ''})")
 

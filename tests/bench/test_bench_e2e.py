@@ -150,3 +150,19 @@ def test_swapped_test_labels_move_every_test_score_and_leave_the_choice_unchange
     want = choose(before, [0])
     assert (after["choice"], after["runner_up"], after["margin"]) == (want["choice"], want["runner_up"],
                                                                        want["margin"])
+
+
+def test_a_dry_run_counts_what_is_left_and_paces_it_on_the_finished_jobs(bench, capsys):
+    stamp = (bench / "bench.json").stat().st_mtime_ns
+    capsys.readouterr()
+    cli.main(["bench", str(GRID), "--out", str(bench), "--dry-run"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "quickstart-tiny │ fedavg │ 2/2 │ 1/1 │ 1/1" in out and "nothing left to run" in out
+
+    cli.main(["bench", str(GRID), "--out", str(bench), "--dry-run", "--seeds", "0,7", "--jobs", "2"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "quickstart-tiny │ fedprox │ 2/2 │ 1/2 │ 1/2" in out
+    # Seed 7's default and tuned run of both methods, at the pace the fixture's jobs saved.
+    assert "4 units to run" in out and "left" in out and "no time measured" not in out
+    assert not (bench / "quickstart-tiny/data-s7").exists()  # it ran nothing, prepared nothing
+    assert (bench / "bench.json").stat().st_mtime_ns == stamp
