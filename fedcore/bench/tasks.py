@@ -100,7 +100,7 @@ def run(grid_text: str, overrides: Sequence[str], scene: str, item: dict[str, An
                 raise ConfigError(f"the tuned run of '{row}' needs its tune's output")
             job = dataclasses.replace(job, config=str(Path(tune_dir) / "best.yaml"))
         cfg = load_config(job.config, list(job.overrides))
-        rid = _open_child(cfg, parent_run_id, scene, f"{scene} {row} {setting} s{seed}", setting == "tuned")
+        rid = _open_child(cfg, parent_run_id, scene, row, f"{scene} {row} {setting} s{seed}", setting == "tuned")
         cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update=rid)}) if rid else cfg
         config = out.parent / f"{out.name}.config.yaml"  # beside the run dir: the run's whole config
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ def _item(item: dict[str, Any]) -> tuple[str, str, int]:
     return row, setting, seed
 
 
-def _open_child(cfg: Any, parent_run_id: str, scene: str, name: str, log_model: bool) -> dict[str, Any]:
+def _open_child(cfg: Any, parent_run_id: str, scene: str, row: str, name: str, log_model: bool) -> dict[str, Any]:
     """The run's MLflow child of the pipeline's parent, opened here so its id is known: the
     tracking fields that make the run resume it ({} without tracking)."""
     if cfg.tracking.backend == "none":
@@ -131,4 +131,4 @@ def _open_child(cfg: Any, parent_run_id: str, scene: str, name: str, log_model: 
     from fedcore.pipeline.runs import open_child
 
     named = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"run_name": name})})
-    return {"run_id": open_child(named, parent_run_id, scene), "run_name": name, "log_model": log_model}
+    return {"run_id": open_child(named, parent_run_id, scene, row), "run_name": name, "log_model": log_model}

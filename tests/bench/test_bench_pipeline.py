@@ -122,6 +122,7 @@ def test_the_chosen_tuned_run_is_registered_with_alias_selected(local_run):
     assert (chosen["method"], chosen["setting"]) == (scene["choice"], "tuned")
     assert version.tags["bench.method"] == scene["choice"]
     run = client.get_run(chosen["run_id"])
+    assert run.data.tags["row"] == scene["choice"]  # the grid's row (a variant's own name), as sweeps tag it
     parent_id = run.data.tags["mlflow.parentRunId"]  # the runs are children of the pipeline's parent
     parent = client.get_run(parent_id)
     assert parent.data.tags[f"bench.{SCENE}.choice"] == scene["choice"]
