@@ -26,15 +26,17 @@ method_overrides:
 def test_the_selected_row_a_named_row_and_a_variant_without_a_file():
     base = load_config(CONFIG)
     spec = SweepSpec.model_validate(yaml.safe_load(SWEEP))
-    assert one_row_overrides(base, spec, None) == ["method.name=fedgr", "method.params={}",
+    assert one_row_overrides(base, spec, None) == ["method.name=fedgr", "method.params={}", "train.stage_rounds={}",
                                                    "method.params.profile=robust", "train.lr=0.03"]
-    assert one_row_overrides(base, spec, "fedprox") == ["method.name=fedprox", "method.params={}",
+    switch = ["method.params={}", "train.stage_rounds={}"]  # another method's params and stage budgets go
+    assert one_row_overrides(base, spec, "fedprox") == ["method.name=fedprox", *switch,
                                                         "train.lr=0.02", "method.params.mu=0.25"]
     # The config's own method: no switch, so its params in the config stay.
     assert one_row_overrides(base, spec, "fedavg") == ["train.lr=0.01"]
-    assert one_row_overrides(base, None, "fedgr-robust") == ["method.name=fedgr", "method.params={}",
+    assert one_row_overrides(base, None, "fedgr-robust") == ["method.name=fedgr", *switch,
                                                             "method.params.profile=robust"]
-    assert one_row_overrides(base, None, "fedprox") == ["method.name=fedprox", "method.params={}"]
+    assert one_row_overrides(base, None, "fedprox") == ["method.name=fedprox", "method.params={}",
+                                                       "train.stage_rounds={}"]
     assert one_row_overrides(base, None, None) == []
     with pytest.raises(ConfigError, match="has no selected method"):
         one_row_overrides(base, SweepSpec(method_overrides={"fedavg": ["train.lr=0.1"]}), None)
@@ -82,3 +84,20 @@ def test_a_sweep_plans_a_built_in_variant_row_under_its_own_name():
     over = run_overrides(base, [], "fedgr-robust", 0, spec.method_overrides["fedgr-robust"])
     cfg = load_config(CONFIG, list(over))
     assert cfg.method.name == "fedgr" and cfg.method.params["profile"] == "robust" and cfg.train.lr == 0.03
+
+
+def test_a_switch_leaves_the_presets_stage_budgets_behind():
+    """FedGR's preset budgets its `train` stage at 3 rounds; that stage name is every method's, so a
+    FedAvg row of a sweep, `fedcore run --method` or a bench trains its own 10 rounds, as FedAvg's row
+    of the bench did before sweeps switched this way."""
+    from fedcore.methods.registry import build_method
+    from fedcore.pipeline.plan import method_overrides
+
+    base = load_config(CONFIG, ["method.name=fedgr", "method.params={}", "train.rounds=10",
+                                "train.stage_rounds={warmup: 2, train: 3}"])
+    assert [(s.name, s.rounds) for s in build_method(base).stages] == [("warmup", 2), ("train", 3)]
+    fedavg = load_config(CONFIG, ["method.name=fedgr", "method.params={}", "train.rounds=10",
+                                  "train.stage_rounds={warmup: 2, train: 3}", *method_overrides(base, "fedavg")])
+    assert [(s.name, s.rounds) for s in build_method(fedavg).stages] == [("train", 10)]
+    # The config's own method keeps them.
+    assert method_overrides(base, "fedgr") == []

@@ -53,12 +53,11 @@ def shared_overrides(grid: Grid, scene: Scene, cli_set: list[str]) -> list[str]:
 
 
 def row_overrides(grid: Grid, row: str, base_method: str) -> list[str]:
-    """The switch from the scene's own method to the row's, then the row's fixed params. Another
-    method refuses the preset's method params and stage budgets, so both are dropped."""
+    """The switch from the scene's own method to the row's (as sweeps switch), then the row's fixed params."""
+    from fedcore.pipeline.plan import method_switch
+
     v = grid.variant(row)
-    switch = [] if v.method == base_method else [f"method.name={v.method}", "method.params={}",
-                                                 "train.stage_rounds={}"]
-    return [*switch, *v.set]
+    return [*method_switch(base_method, v.method), *v.set]
 
 
 def seed_overrides(scene: Scene, seed: int) -> list[str]:

@@ -135,8 +135,14 @@ def method_overrides(base: ExperimentConfig, method: str) -> list[str]:
     variant = VARIANTS.get(method)
     if variant is not None:
         return [*method_overrides(base, variant.method), *variant.set]
-    # Another method's params would be rejected by this one's params model.
-    return [] if method == base.method.name else [f"method.name={method}", "method.params={}"]
+    return method_switch(base.method.name, method)
+
+
+def method_switch(base_method: str, method: str) -> list[str]:
+    """The switch from `base_method` to another registered method. Its params would be rejected by
+    the other's params model, and its stage budgets (`train.stage_rounds`) are its own: stage names
+    such as `train` and `warmup` are shared, so a budget left in place would cut another method's."""
+    return [] if method == base_method else [f"method.name={method}", "method.params={}", "train.stage_rounds={}"]
 
 
 def sweep_axes(base: ExperimentConfig, spec: SweepSpec) -> tuple[list[str], list[int], dict[str, list[str]]]:

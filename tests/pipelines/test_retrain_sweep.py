@@ -65,7 +65,7 @@ def test_a_variant_row_switches_to_its_registered_method():
     base = load_config(CONFIG)
     spec = SweepSpec(selected="fedgr-robust", selected_method="fedgr",
                      method_overrides={"fedgr-robust": ["method.params.profile=robust", "train.lr=0.03"]})
-    assert selected_overrides(spec, base) == ["method.name=fedgr", "method.params={}",
+    assert selected_overrides(spec, base) == ["method.name=fedgr", "method.params={}", "train.stage_rounds={}",
                                               "method.params.profile=robust", "train.lr=0.03"]
     with pytest.raises(ConfigError, match=r"a retrain \(or fedcore run\) trains one method"):
         selected_overrides(SweepSpec(methods=["fedavg", "fedprox"]), base)
