@@ -98,6 +98,12 @@ def write_sweep(grid: Grid, out: Path, scene: str, choice: str | None = None) ->
     return path
 
 
+def report_labels(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Run dir -> its group in the scene's report, 'ROW (default)' or 'ROW (tuned)', for every run that
+    did not diverge: a variant row keeps its name (fedgr-robust, not fedgr with its params)."""
+    return {str(Path(r["run"])): f"{r['method']} ({r['setting']})" for r in rows if "diverged" not in r}
+
+
 def write_results(grid: Grid, out: Path, cli_set: list[str]) -> dict[str, Any]:
     """bench.json (atomically), each scene's sweep file, table and report; returns bench.json's content."""
     from fedcore.bench.tables import scene_table
@@ -108,8 +114,8 @@ def write_results(grid: Grid, out: Path, cli_set: list[str]) -> dict[str, Any]:
     for name in grid.scenes:
         scenes[name] = scene_result(grid, out, name)
         sweep = write_sweep(grid, out, name, scenes[name]["choice"])
-        runs = [Path(r["run"]) for r in scenes[name]["rows"] if "diverged" not in r]
-        report = write_report(runs, out / name / "report") if runs else None
+        labels = report_labels(scenes[name]["rows"])
+        report = write_report(list(labels), out / name / "report", labels) if labels else None
         scenes[name]["sweep"] = str(sweep) if sweep else None
         scenes[name]["report"] = str(report) if report else None
         write_if_changed(out / name / "table.md", scene_table(name, scenes[name]) + "\n")

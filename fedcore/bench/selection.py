@@ -64,7 +64,7 @@ def selected_run(rows: Iterable[Mapping[str, Any]], choice: str | None) -> Mappi
 def scene_result(grid: Grid, out: Path, scene: str, records: Iterable[Mapping[str, Any]],
                  config: str) -> dict[str, Any]:
     """bench.json's entry for `scene`, its tunes written under OUT/SCENE and its sweep file beside them."""
-    from fedcore.bench.results import tuned_params, write_sweep
+    from fedcore.bench.results import report_labels, tuned_params, write_sweep
     from fedcore.io import atomic_write_bytes
 
     rows, tunes = split_records(records)
@@ -78,19 +78,19 @@ def scene_result(grid: Grid, out: Path, scene: str, records: Iterable[Mapping[st
               "tuned": tuned_params(grid, out, scene), "rows": rows}
     sweep = write_sweep(grid, out, scene, result["choice"])
     result["sweep"] = str(sweep) if sweep else None
-    runs = [Path(r["run"]) for r in rows if "diverged" not in r]
-    result["report"] = _report(runs, out / scene / "report")
+    result["report"] = _report(report_labels(rows), out / scene / "report")
     return result
 
 
-def _report(runs: list[Path], out: Path) -> str | None:
-    """`fedcore report` over the runs, where their dirs are readable here (kfp.local puts every
-    artifact on this machine; on a cluster each run's dir is in its own task's storage)."""
-    if not runs or not all((r / "metrics.json").is_file() for r in runs):
+def _report(labels: dict[str, str], out: Path) -> str | None:
+    """`fedcore report` over the runs (run dir -> its row and setting), where their dirs are readable
+    here (kfp.local puts every artifact on this machine; on a cluster each run's dir is in its own
+    task's storage)."""
+    if not labels or not all((Path(r) / "metrics.json").is_file() for r in labels):
         return None
     from fedcore.reporting.report import write_report
 
-    return str(write_report(runs, out))
+    return str(write_report(list(labels), out, labels))
 
 
 def register_choice(cfg: ExperimentConfig, model_name: str, scene: str, result: Mapping[str, Any]) -> dict | None:

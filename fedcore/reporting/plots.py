@@ -154,6 +154,10 @@ def _finite(x: Any) -> bool:
 Band = tuple[Sequence[float], Sequence[float], Sequence[float], Sequence[float]]  # rounds, mean, min, max
 
 
+# Groups beyond which a figure's legend sits beside its axes, not over the curves.
+CROWDED = 6
+
+
 def group_colors(labels: Sequence[str]) -> dict[str, Any]:
     """One colour per group, in the given order: pass the same map to every figure of a report so a
     group keeps its colour from figure to figure."""
@@ -167,7 +171,8 @@ def band_figure(bands: dict[str, Band], ylabel: str, title: str = "", ref: float
     """One curve per group: the mean over seeds with a min-max band; `ref` a horizontal line (e.g.
     FedAvg's best round), `marks` vertical lines (round, label), e.g. the warm-up's end and stage changes.
     colors: group -> colour (`group_colors`); by default, the bands' order."""
-    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    crowded = len(bands) > CROWDED
+    fig, ax = plt.subplots(figsize=(10 if crowded else 7, 4), layout="constrained")
     colors = colors or group_colors(list(bands))
     for label, (x, mean, lo, hi) in bands.items():
         color = colors[label]
@@ -182,7 +187,10 @@ def band_figure(bands: dict[str, Band], ylabel: str, title: str = "", ref: float
                                   textcoords="offset points", fontsize=7, color="grey"))
     ax.set(xlabel="round", ylabel=ylabel, title=title)
     integer_rounds(ax)
-    ax.legend(fontsize=7, loc="best")
+    if crowded:  # beside the axes: over the curves a long legend hides what it names
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize=7, loc="best")
     _unstack(fig, labels)
     return fig
 
@@ -229,20 +237,30 @@ def panels_figure(panels: dict[str, dict[str, Band]], title: str = "", cols: int
     (`colors`, as in `band_figure`; by default the groups' sorted order)."""
     names = list(panels)
     rows = max(1, math.ceil(len(names) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False, layout="constrained")
-    colors = colors or group_colors(sorted({g for p in panels.values() for g in p}))
+    groups = {g for p in panels.values() for g in p}
+    crowded = len(groups) > CROWDED
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + (3 if crowded else 0), 2.8 * rows), squeeze=False,
+                             layout="constrained")
+    colors = colors or group_colors(sorted(groups))
+    handles: dict[str, Any] = {}
     for ax, name in zip(axes.flat, names, strict=False):
         for label, (x, mean, lo, hi) in panels[name].items():
             color = colors[label]
             # A metric logged in one or two rounds (a one-off client identification) is a dot, not an
             # invisible line of one point.
-            ax.plot(x, mean, color=color, linewidth=1.3, label=label, marker="o" if len(x) <= 2 else None, markersize=4)
+            (line,) = ax.plot(x, mean, color=color, linewidth=1.3, label=label, marker="o" if len(x) <= 2 else None,
+                              markersize=4)
+            handles.setdefault(label, line)
             ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
         ax.set(title=name, xlabel="round", ylim=(-0.02, 1.02))
         integer_rounds(ax)
-        ax.legend(fontsize=6)  # every panel: a panel read alone still says whose line is whose
+        if not crowded:
+            ax.legend(fontsize=6)  # every panel: a panel read alone still says whose line is whose
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
+    if crowded:  # one legend beside the grid: many per-panel legends would cover the panels
+        order = [g for g in colors if g in handles]
+        fig.legend([handles[g] for g in order], order, loc="outside right upper", fontsize=7)
     fig.suptitle(title)
     return fig
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,9 +161,12 @@ def marks_of(groups: dict[str, list[dict[str, Any]]]) -> list[tuple[float, str]]
                 mine.append((row["round"] - 0.5, str(row.get("stage"))))
         if mine:
             per_group[g] = mine
-    # With marks from several methods, each label says whose stage it is.
-    named = len(per_group) > 1
-    marks = {(rnd, f"{g}: {text}" if named else text): None for g, mine in per_group.items() for rnd, text in mine}
+    # With marks from several methods, each label says whose stage it is: the method's, as stages are a
+    # method's, so the groups of one method (its default and tuned settings) share their marks.
+    method = {g: str(groups[g][0].get("method", g)) for g in per_group}
+    named = len(set(method.values())) > 1
+    marks = {(rnd, f"{method[g]}: {text}" if named else text): None
+             for g, mine in per_group.items() for rnd, text in mine}
     return list(marks)
 
 
@@ -181,15 +184,19 @@ def last_rates(record: dict[str, Any]) -> tuple[list[float], list[float]] | None
     return [truth[c] for c in cids], [est[c] for c in cids]
 
 
-def write_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
-    """report.md and its figures under `out`; returns the report's path."""
+def write_report(run_dirs: Sequence[str | Path], out: str | Path, labels: Mapping[str, str] | None = None) -> Path:
+    """report.md and its figures under `out`; returns the report's path. labels: run dir -> its group's
+    name (a bench names its rows 'ROW (default)' and 'ROW (tuned)', where config keys would make long,
+    unreadable labels); without them runs group as `fedcore compare` groups them."""
     from fedcore.io import atomic_write_bytes
     from fedcore.reporting import plots
 
     records = load_records(run_dirs)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    groups = group_records(records)
+    for r in records if labels else ():
+        r["label"] = labels[str(Path(r["path"]))]
+    groups = group_records(records, by="label" if labels else "method")
     colors = plots.group_colors(list(groups))  # one colour per group in every figure
     multi = all("final/mAP_last10" in r["summary"] and "final/acc_last10" not in r["summary"] for r in records)
     short = "mAP" if multi else "acc"

@@ -66,6 +66,18 @@ def test_report_writes_the_page_and_every_figure_it_names(runs, tmp_path):
     assert f"{100 * sum(acc) / 2:.1f} ± " in row and "| 0, 1 |" in row
 
 
+def test_report_groups_by_the_labels_a_bench_gives(runs, tmp_path):
+    from fedcore.reporting.report import write_report
+
+    # two groups of one method would otherwise be told apart by their config keys
+    labels = {str(runs[0]): "fedavg (default)", str(runs[1]): "fedavg (default)",
+              str(runs[2]): "fedsir (default)", str(runs[3]): "fedsir (tuned)"}
+    page = write_report(list(labels), tmp_path / "rep", labels).read_text()
+    rows = [line.split(" | ")[0] for line in page.splitlines() if line.startswith("| fed")]
+    assert rows[:3] == ["| fedavg (default)", "| fedsir (default)", "| fedsir (tuned)"]
+    assert "| 0, 1 |" in next(line for line in page.splitlines() if line.startswith("| fedavg (default) "))
+
+
 def test_report_refuses_mixed_datasets_and_missing_runs(runs, tmp_path, capsys):
     other = tmp_path / "mnist-run"
     other.mkdir()
@@ -138,6 +150,42 @@ def test_stage_marks_name_their_method_when_several_methods_have_stages():
     assert marks_of(one) == [(1.5, "relabel"), (2.5, "train")]
     two = {**one, "fednoro": [rec(["warmup", "warmup", "train"], warm=0)], "fedavg": [rec(["train"] * 4)]}
     assert sorted(marks_of(two)) == [(1.5, "fedsir: relabel"), (2.5, "fednoro: train"), (2.5, "fedsir: train")]
+
+
+def test_the_groups_of_one_method_share_its_stage_marks():
+    from fedcore.reporting.report import marks_of
+
+    def rec(method, stages):
+        return {"method": method, "config": {}, "history": [{"round": i + 1, "stage": s} for i, s in enumerate(stages)]}
+
+    # a bench's default and tuned rows of one method: one mark each, named by the method once another has marks
+    one = {"fedcorr (default)": [rec("fedcorr", ["pre", "pre", "train"])],
+           "fedcorr (tuned)": [rec("fedcorr", ["pre", "pre", "train"])]}
+    assert marks_of(one) == [(2.5, "train")]
+    two = {**one, "fedgr-robust (tuned)": [rec("fedgr", ["warmup", "train", "train"])]}
+    assert sorted(marks_of(two)) == [(1.5, "fedgr: train"), (2.5, "fedcorr: train")]
+
+
+def test_a_crowded_figure_keeps_its_legend_off_the_curves():
+    import warnings
+
+    from fedcore.reporting.plots import CROWDED, band_figure, panels_figure
+
+    band = ([1, 2, 3], [0.1, 0.5, 0.9], [0.0, 0.4, 0.8], [0.2, 0.6, 1.0])
+    groups = {f"method{i} (tuned)": band for i in range(CROWDED + 2)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # constrained layout warns when a legend squeezes the axes away
+        acc = band_figure(groups, "acc", ref=0.5, ref_label="FedAvg's best round")
+        acc.canvas.draw()
+        det = panels_figure({"detect/sample_f1": groups, "detect/sample_recall": groups})
+        det.canvas.draw()
+    ax, = acc.axes
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # beside the axes, not over them
+    assert all(a.get_legend() is None for a in det.axes) and len(det.legends) == 1
+    assert [t.get_text() for t in det.legends[0].get_texts()] == list(groups)
+    few = panels_figure({"detect/sample_f1": dict(list(groups.items())[:2])})
+    assert few.axes[0].get_legend() is not None and not few.legends  # a short legend stays on its panel
 
 
 def test_a_metric_logged_once_is_drawn_as_a_dot():
