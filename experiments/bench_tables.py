@@ -12,9 +12,10 @@ options:
 
     <!-- bench-table docs/results/bench/fmnist_fedrg.json docs/results/bench/fmnist_fedgr.json --summary -->
 
-Without `--summary` a block holds one scene (give `--scenes NAME` when a record has several); the page
-keeps its own heading above it. Without --check the script rewrites stale blocks; with --check it
-writes nothing and exits 1, naming the stale pages. A block it cannot read exits 2 with one line.
+Without `--summary` a block holds one scene (give `--scenes NAME` when a record has several), its
+table or, with `--per-seed`, its per-seed table; the page keeps its own heading above it. Without
+--check the script rewrites stale blocks; with --check it writes nothing and exits 1, naming the
+stale pages. A block it cannot read exits 2 with one line.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from fedcore.bench.tables import load_scenes, scene_body, scene_tables, summary_table
+from fedcore.bench.tables import load_scenes, scene_body, scene_tables, seed_table, summary_table
 from fedcore.errors import ConfigError
 from fedcore.io.files import refresh_texts
 
@@ -45,13 +46,14 @@ def render(args: str, root: Path) -> str:
     ap.add_argument("records", nargs="+")
     ap.add_argument("--scenes", default="")
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--per-seed", action="store_true")
     try:
         # parse_args would print its usage for an unknown option; the block's error is one line.
         opts, extra = ap.parse_known_args(words)
     except (argparse.ArgumentError, SystemExit):
         extra = [args]
     if extra:
-        raise BlockError(f"cannot read '{args}' (records..., --scenes A,B, --summary)")
+        raise BlockError(f"cannot read '{args}' (records..., --scenes A,B, --summary, --per-seed)")
     try:
         scenes = scene_tables(load_scenes(root / r for r in opts.records),
                               [s for s in opts.scenes.split(",") if s])
@@ -61,7 +63,8 @@ def render(args: str, root: Path) -> str:
         return summary_table(scenes) + "\n"
     if len(scenes) != 1:
         raise BlockError(f"'{args}' holds {len(scenes)} scenes; name one with --scenes")
-    return scene_body(next(iter(scenes.values()))) + "\n"
+    scene = next(iter(scenes.values()))
+    return (seed_table(scene) if opts.per_seed else scene_body(scene)) + "\n"
 
 
 def build(root: Path) -> dict[Path, str]:

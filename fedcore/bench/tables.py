@@ -7,7 +7,8 @@ test-best round (an oracle no user has) and above FedAvg stopped early on valida
 (acc_at_val_best). FedAvg's reference is, per seed and per criterion, the better of its default and
 tuned rows. A verdict reads the seeds both sides finished: a diverged seed drops out of it and is named
 in the row's notes, with the seed counts (default/tuned). Across scenes (`summary_table`): each tuned
-row's mean last-10, ✓ where both verdicts hold. A multi-label scene's rows hold mAP under the same
+row's mean last-10, ✓ where both verdicts hold. Per seed (`seed_table`): FedAvg's two bars and every
+row's last-10 on each seed, the tuned cells marked on that seed. A multi-label scene's rows hold mAP under the same
 field names (the scene's `metric`); its titles say so.
 
 These are the rules the retired experiments/tuning_table.py applied to tuning.sh's run folders, ported
@@ -135,6 +136,35 @@ def scene_body(scene: Scene) -> str:
     lines += ["", ranking(means), "",
               f"FedAvg reference per seed (better of default and tuned): test-best {fmt(list(best.values()))}, "
               f"{metric}@val {fmt(list(val.values()))}."]
+    return "\n".join(lines)
+
+
+def seed_table(scene: Scene) -> str:
+    """Per seed: FedAvg's two bars, then each row's tuned and default last-10, a tuned cell marked ✓
+    where it is above both bars on that seed (the verdict columns are these marks on every seed), ✗
+    where it is not; a diverged seed reads "diverged", one not run "-"."""
+    metric = scene.get("metric", "acc")
+    best, val = reference(scene)
+    seeds = sorted({r["seed"] for r in scene["rows"]})
+
+    def line(label: str, cells: Mapping[int, str], vals: Sequence[float]) -> str:
+        return f"| {label} | " + " | ".join(cells.get(s, "-") for s in seeds) + f" | {fmt(vals)} |"
+
+    lines = ["| row | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |", "|---" * (len(seeds) + 2) + "|",
+             line("FedAvg test-best (bar)", {s: f"{100 * v:.1f}" for s, v in best.items()}, list(best.values())),
+             line(f"FedAvg {metric}@val (bar)", {s: f"{100 * v:.1f}" for s, v in val.items()}, list(val.values()))]
+    for m in methods_of(scene):
+        for setting in ("tuned", "default"):
+            rows = [r for r in scene["rows"] if r["method"] == m and r["setting"] == setting]
+            if not rows:
+                continue
+            cells = {r["seed"]: "diverged" for r in rows if "diverged" in r}
+            for s, r in seeds_of(scene, m, setting).items():
+                v = r["acc_last10"]
+                wins = s in best and s in val and v > best[s] and v > val[s]
+                mark = "" if setting == "default" or m == REFERENCE or s not in best else (" ✓" if wins else " ✗")
+                cells[s] = f"{100 * v:.1f}{mark}"
+            lines.append(line(f"{m}, {setting}", cells, col(seeds_of(scene, m, setting), "acc_last10")))
     return "\n".join(lines)
 
 

@@ -124,10 +124,14 @@ def bench_table(
                                           "last-10, ✓ where it beats FedAvg's two bars on every seed")] = False,
     figure: Annotated[Path | None, typer.Option("--figure", help="also draw default and tuned last-10 per "
                                                 "scene, with FedAvg's bars, to this PNG")] = None,
+    per_seed: Annotated[bool, typer.Option("--per-seed", help="per scene, every row's last-10 on each seed "
+                                           "beside FedAvg's two bars, ✓ where a tuned row beats both")] = False,
 ) -> None:
     """Print the tables of docs/results/tuning.md from bench results: per scene, default and tuned
-    rows with the verdicts against FedAvg (the table OUT/SCENE/table.md holds too), or --summary."""
-    from fedcore.bench.tables import load_scenes, scene_table, scene_tables, summary_table
+    rows with the verdicts against FedAvg (the table OUT/SCENE/table.md holds too), or --summary, or
+    --per-seed."""
+    from fedcore.bench.tables import load_scenes, scene_table, scene_tables, seed_table, summary_table
+    from fedcore.errors import UserError
 
     chosen = scene_tables(load_scenes(results), str_list(scenes) or [])
     if figure is not None:
@@ -137,5 +141,10 @@ def bench_table(
         panels, refs, metric = figure_data(chosen)
         save(paired_bars_figure(panels, refs, xlabel=f"last-10 test {metric} (%)"), figure)
         say(f"wrote {figure}")
-    text = summary_table(chosen) if summary else "\n\n".join(scene_table(n, s) for n, s in chosen.items())
+    if summary and per_seed:
+        raise UserError("--summary and --per-seed are two different tables; ask for one")
+    if per_seed:
+        text = "\n\n".join(f"### {n}, per seed\n\n{seed_table(s)}" for n, s in chosen.items())
+    else:
+        text = summary_table(chosen) if summary else "\n\n".join(scene_table(n, s) for n, s in chosen.items())
     console.print(text, markup=False, highlight=False, soft_wrap=True)

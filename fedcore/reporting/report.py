@@ -194,8 +194,9 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, labels: Mappin
     records = load_records(run_dirs)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    named = {str(Path(d)): label for d, label in (labels or {}).items()}  # "runs/a/" and "runs/a" alike
     for r in records if labels else ():
-        r["label"] = labels[str(Path(r["path"]))]
+        r["label"] = named.get(str(Path(r["path"])), str(r.get("method")))
     groups = group_records(records, by="label" if labels else "method")
     colors = plots.group_colors(list(groups))  # one colour per group in every figure
     multi = all("final/mAP_last10" in r["summary"] and "final/acc_last10" not in r["summary"] for r in records)

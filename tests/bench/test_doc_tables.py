@@ -54,6 +54,17 @@ def test_a_summary_block_names_each_row_and_scene(tmp_path):
     assert "| fedsir | 86.3 ✓ |" in text and "| fedavg | 74.8 (reference) |" in text
 
 
+def test_a_per_seed_block_is_the_scenes_seed_table(tmp_path):
+    from fedcore.bench.tables import load_scenes, seed_table
+
+    root = _tree(tmp_path, f"<!-- bench-table {RECORD} --per-seed -->\n<!-- /bench-table -->\n")
+    assert bt.main(["--root", str(root)]) == 0
+    text = (root / "docs/page.md").read_text(encoding="utf-8")
+    table = seed_table(load_scenes([ROOT / RECORD])["quickstart"])
+    assert text == f"<!-- bench-table {RECORD} --per-seed -->\n{table}\n<!-- /bench-table -->\n"
+    assert "| FedAvg test-best (bar) | " in table
+
+
 def test_bad_markers_are_one_line_and_exit_2(tmp_path, capsys):
     cases = {
         "<!-- bench-table docs/results/bench/none.json -->\n<!-- /bench-table -->\n": "no bench results at",

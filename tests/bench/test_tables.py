@@ -10,7 +10,7 @@ import pytest
 
 from fedcore import cli
 from fedcore.bench.results import one_class
-from fedcore.bench.tables import figure_data, fmt, load_scenes, scene_table, summary_table, verdict
+from fedcore.bench.tables import figure_data, fmt, load_scenes, scene_table, seed_table, summary_table, verdict
 
 
 def _row(method, setting, seed, last10=None, best=None, at_val=None, **extra):
@@ -70,6 +70,37 @@ def test_the_scene_table_judges_tuned_rows_against_fedavgs_better_row_per_seed()
         "Tuned: fedsir 77.0 > coteaching 72.5 > dividemix 72.0 > fedavg 69.0.",
         "",
         "FedAvg reference per seed (better of default and tuned): test-best 71.5 ± 0.7, acc@val 71.0 ± 2.8."]
+
+
+def test_the_seed_table_marks_each_tuned_seed_against_both_fedavg_bars():
+    assert seed_table(SCENE).splitlines() == [
+        "| row | seed 0 | seed 1 | mean ± std |", "|---|---|---|---|",
+        "| FedAvg test-best (bar) | 71.0 | 72.0 | 71.5 ± 0.7 |",
+        "| FedAvg acc@val (bar) | 69.0 | 73.0 | 71.0 ± 2.8 |",
+        "| coteaching, tuned | 75.0 ✓ | 70.0 ✗ | 72.5 ± 3.5 |",  # under both bars on seed 1
+        "| coteaching, default | 40.0 | 42.0 | 41.0 ± 1.4 |",
+        "| dividemix, tuned | 72.0 ✓ | diverged | 72.0 |",
+        "| dividemix, default | 55.0 | 57.0 | 56.0 ± 1.4 |",
+        "| fedavg, tuned | 68.0 | 70.0 | 69.0 ± 1.4 |",  # the bars' own rows carry no mark
+        "| fedavg, default | 50.0 | 60.0 | 55.0 ± 7.1 |",
+        "| fedsir, tuned | 80.0 ✓ | 74.0 ✓ | 77.0 ± 4.2 |",
+        "| fedsir, default | 78.0 | 76.0 | 77.0 ± 1.4 |"]
+    # a row is ✓ in the summary exactly where every seed it trained is ✓ here
+    marks = {line.split(" | ")[0][2:-7]: line for line in seed_table(SCENE).splitlines() if ", tuned |" in line}
+    summary = {line.split(" | ")[0][2:]: line for line in summary_table({"s": SCENE}).splitlines()[2:]}
+    for m in ("coteaching", "dividemix", "fedsir"):
+        assert ("✗" not in marks[m]) == summary[m].endswith("✓ |"), m
+
+
+def test_bench_table_per_seed_prints_each_scene_and_refuses_two_tables_at_once(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"scenes": {"fedsir_09": SCENE}}))
+    cli.main(["bench-table", str(path), "--per-seed"])
+    out = capsys.readouterr().out
+    assert out.startswith("### fedsir_09, per seed") and "| fedsir, tuned | 80.0 ✓ | 74.0 ✓ |" in out
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench-table", str(path), "--per-seed", "--summary"])
+    assert exit_info.value.code == 2 and "two different tables" in capsys.readouterr().err
 
 
 def test_a_multi_label_scene_says_map():
