@@ -37,7 +37,8 @@ def detection_lines(groups: dict[str, list[dict[str, Any]]]) -> list[str]:
     for g, recs in rows.items():
         lines.append(f"| {g} | " + " | ".join(_cell([r["summary"].get(k) for r in recs], pct) for k, _, pct in cols)
                      + " |")
-    lines += ["", "F1, precision and memorized in %, mean ± std over seeds; `-`: the method does not log it. "
+    lines += ["", "F1, precision and memorized in %, mean ± population std over seeds; `-`: the method does not "
+              "log it. "
               "Memorized: the global model's share of noisy training samples predicted as their noisy label. "
               "A label NMI above the noise NMI: the detector's flags follow the given class, not the noise."]
     return lines

@@ -251,11 +251,11 @@ def page(groups: dict[str, list[dict[str, Any]]], records: list[dict[str, Any]],
                      f"| {cell(f'final/{short}_best', recs)} | {cell(f'final/{short}_at_val_best', recs)} "
                      f"| {verdict} |")
     lines.append("")
-    lines.append("Values in %, mean ± std over seeds. \"At val-best\": the test score at the round the clients' "
-                 "held-out validation split picks (runs with `data.validation`); the best round is picked on the "
-                 "test set, an oracle no user has. Budget: the training rounds every method is given "
-                 "(`train.rounds`) and its local epochs; \"extra stages\": rounds a method adds before training "
-                 "(FedSIR's identification, FedRG's pretraining), not counted in the budget.")
+    lines.append("Values in %, mean ± population std (ddof 0) over seeds. \"At val-best\": the test score at the "
+                 "round the clients' held-out validation split picks (runs with `data.validation`); the best "
+                 "round is picked on the test set, an oracle no user has. Budget: the training rounds every "
+                 "method is given (`train.rounds`) and its local epochs; \"extra stages\": rounds a method adds "
+                 "before training (FedSIR's identification, FedRG's pretraining), not counted in the budget.")
     lines += [f"\n**{note}**" for note in budget_notes(records)]
     lines += detection_lines(groups)
     for name, caption in figures:
