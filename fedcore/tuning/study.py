@@ -103,7 +103,18 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
         # Only this process may hold the tune dir (run-dir lock), so a RUNNING trial is one a
         # killed tune left behind: it does not count, and its run dir stays as it was.
         study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    if held := len(study.get_trials(deepcopy=False)):
+        # The sampler's generator starts from its seed in every process, so a resumed or extended tune
+        # drew its first trials' points again (a trial spent on a point already scored). Seeded past
+        # the trials the study holds, it draws new points; a tune run in one go is unchanged.
+        study.sampler = optuna.samplers.TPESampler(seed=resumed_seed(cfg.seed, held), n_startup_trials=4)
     return study
+
+
+def resumed_seed(seed: int, held: int) -> int:
+    """The sampler's seed for a process that opens a study already holding `held` trials: one per
+    (seed, held); `seed` itself for a fresh study."""
+    return (seed * 1_000_003 + held) % 2**32 if held else seed
 
 
 def _identity_diff(stored: dict, stored_config: dict | None, identity: dict, config: dict) -> str:

@@ -98,6 +98,7 @@ def test_tune_writes_its_outputs_and_a_rerun_adds_only_the_missing_trials(tmp_pa
     assert "final/acc_at_val_best" in summary
     cli.main(["tune", CONFIG, *_sets(), "--trials", "6", "--out", str(out), "--no-progress"])
     assert len(_trials(out)) == 6 and json.loads((out / "tune.json").read_text())["n_trials"] == 6
+    _assert_new_points(out)  # the second process did not draw the first one's points again
     assert sorted(p.name for p in (out / "trials").iterdir()) == [f"{i:04d}" for i in range(6)]
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:  # another config in the same tune dir
@@ -127,6 +128,26 @@ def test_a_tune_killed_mid_trial_resumes_to_the_requested_count(tmp_path):
     states = [t.state for t in _trials(out)]
     assert states.count(optuna.trial.TrialState.COMPLETE) == 3 and states[1] == optuna.trial.TrialState.FAIL
     assert json.loads((out / "tune.json").read_text())["n_trials"] == 3
+    _assert_new_points(out)
+
+
+def _assert_new_points(out):
+    """Every finished trial of the tune at its own point: a resumed tune spends no trial on a point
+    already scored (its sampler restarted from the seed and drew the first trials' points again)."""
+    import optuna
+
+    done = [t.params for t in _trials(out)
+            if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    assert len({tuple(sorted(p.items())) for p in done}) == len(done), done
+
+
+def test_a_resumed_sampler_is_seeded_past_the_trials_it_holds():
+    from fedcore.tuning.study import resumed_seed
+
+    assert resumed_seed(100, 0) == 100  # a fresh study: the tune's seed, so a tune run in one go is unchanged
+    for seed in (0, 1, 100):
+        resumed = {resumed_seed(seed, n) for n in range(1, 50)}
+        assert len(resumed) == 49 and seed not in resumed  # a new generator each time a tune resumes
 
 
 def test_trials_are_mlflow_children_of_one_parent(tmp_path):
