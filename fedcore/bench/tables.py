@@ -155,16 +155,18 @@ def seed_table(scene: Scene) -> str:
              line(f"FedAvg {metric}@val (bar)", {s: f"{100 * v:.1f}" for s, v in val.items()}, list(val.values()))]
     for m in methods_of(scene):
         for setting in ("tuned", "default"):
-            rows = [r for r in scene["rows"] if r["method"] == m and r["setting"] == setting]
-            if not rows:
+            diverged = [r["seed"] for r in scene["rows"]
+                        if r["method"] == m and r["setting"] == setting and "diverged" in r]
+            finished = seeds_of(scene, m, setting)
+            if not (diverged or finished):
                 continue
-            cells = {r["seed"]: "diverged" for r in rows if "diverged" in r}
-            for s, r in seeds_of(scene, m, setting).items():
+            cells = dict.fromkeys(diverged, "diverged")
+            for s, r in finished.items():
                 v = r["acc_last10"]
                 wins = s in best and s in val and v > best[s] and v > val[s]
                 mark = "" if setting == "default" or m == REFERENCE or s not in best else (" ✓" if wins else " ✗")
                 cells[s] = f"{100 * v:.1f}{mark}"
-            lines.append(line(f"{m}, {setting}", cells, col(seeds_of(scene, m, setting), "acc_last10")))
+            lines.append(line(f"{m}, {setting}", cells, col(finished, "acc_last10")))
     return "\n".join(lines)
 
 

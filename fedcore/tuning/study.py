@@ -85,7 +85,7 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
         else optuna.pruners.NopPruner()
     study = optuna.create_study(
         study_name=STUDY, storage=f"sqlite:///{(out / 'study.db').resolve()}", direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=4), pruner=pruner,
+        sampler=_sampler(cfg.seed), pruner=pruner,
         load_if_exists=True)
     identity = {"config_hash": cfg.config_hash(), "space": [d.path for d in dims], "objective": objective}
     # What config_hash digests, so that a mismatch names the keys (stored beside the identity:
@@ -107,8 +107,14 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
         # The sampler's generator starts from its seed in every process, so a resumed or extended tune
         # drew its first trials' points again (a trial spent on a point already scored). Seeded past
         # the trials the study holds, it draws new points; a tune run in one go is unchanged.
-        study.sampler = optuna.samplers.TPESampler(seed=resumed_seed(cfg.seed, held), n_startup_trials=4)
+        study.sampler = _sampler(resumed_seed(cfg.seed, held))
     return study
+
+
+def _sampler(seed: int):
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
 
 
 def resumed_seed(seed: int, held: int) -> int:
