@@ -63,8 +63,8 @@ def render(args: str, root: Path) -> str:
         return summary_table(scenes) + "\n"
     if len(scenes) != 1:
         raise BlockError(f"'{args}' holds {len(scenes)} scenes; name one with --scenes")
-    scene = next(iter(scenes.values()))
-    return (seed_table(scene) if opts.per_seed else scene_body(scene)) + "\n"
+    name, scene = next(iter(scenes.items()))
+    return (seed_table(scene, name) if opts.per_seed else scene_body(scene, name)) + "\n"
 
 
 def build(root: Path) -> dict[Path, str]:

@@ -143,6 +143,19 @@ def grid_todo(jobs: list[Job]) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
+def scene_left(todo: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per scene with work left, from grid_todo's rows: the tune trials and the runs still to do."""
+    left: dict[str, dict[str, int]] = {}
+    for r in todo:
+        trials = r["trials"][1] - r["trials"][0]
+        runs = sum(r[s][1] - r[s][0] for s in ("default", "tuned"))
+        if trials or runs:
+            scene = left.setdefault(r["scene"], {"tune_trials": 0, "runs": 0})
+            scene["tune_trials"] += trials
+            scene["runs"] += runs
+    return left
+
+
 def data_jobs(grid: Grid, out: Path, cli_set: list[str]) -> list[tuple[Path, str, list[str]]]:
     """(artifact dir, config, overrides) of every seed's shared artifact, the tuning seed's too."""
     jobs = []

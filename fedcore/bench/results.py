@@ -13,6 +13,7 @@ model predicts a single class on test (the tables name it).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +105,11 @@ def report_labels(rows: list[dict[str, Any]]) -> dict[str, str]:
     return {str(Path(r["run"])): f"{r['method']} ({r['setting']})" for r in rows if "diverged" not in r}
 
 
-def write_results(grid: Grid, out: Path, cli_set: list[str]) -> dict[str, Any]:
-    """bench.json (atomically), each scene's sweep file, table and report; returns bench.json's content."""
+def write_results(grid: Grid, out: Path, cli_set: list[str],
+                  left: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
+    """bench.json (atomically), each scene's sweep file, table and report; returns bench.json's content.
+    left: per scene with work still to do (`fedcore bench --so-far`), kept as its `still_to_run`, so
+    that every table drawn from it says the scene is partial."""
     from fedcore.bench.tables import scene_table
     from fedcore.io import atomic_write_bytes
     from fedcore.reporting.report import write_report
@@ -113,6 +117,8 @@ def write_results(grid: Grid, out: Path, cli_set: list[str]) -> dict[str, Any]:
     scenes = {}
     for name in grid.scenes:
         scenes[name] = scene_result(grid, out, name)
+        if left and name in left:
+            scenes[name]["still_to_run"] = dict(left[name])
         sweep = write_sweep(grid, out, name, scenes[name]["choice"])
         labels = report_labels(scenes[name]["rows"])
         report = write_report(list(labels), out / name / "report", labels) if labels else None

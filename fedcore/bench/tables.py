@@ -9,7 +9,8 @@ tuned rows. A verdict reads the seeds both sides finished: a diverged seed drops
 in the row's notes, with the seed counts (default/tuned). Across scenes (`summary_table`): each tuned
 row's mean last-10, ✓ where both verdicts hold. Per seed (`seed_table`): FedAvg's two bars and every
 row's last-10 on each seed, the tuned cells marked on that seed. A multi-label scene's rows hold mAP under the same
-field names (the scene's `metric`); its titles say so.
+field names (the scene's `metric`); its titles say so. A scene written before its grid finished
+(`fedcore bench --so-far`) holds `still_to_run`, and each of these tables says so in a line of its own.
 
 These are the rules the retired experiments/tuning_table.py applied to tuning.sh's run folders, ported
 unchanged.
@@ -102,23 +103,32 @@ def title(name: str, scene: Scene) -> str:
     return name + (f" ({scene['metric']})" if scene.get("metric", "acc") != "acc" else "")
 
 
+def partial_note(name: str, scene: Scene) -> str | None:
+    """The line that marks a scene whose grid had work left when its bench.json was written."""
+    if not (left := scene.get("still_to_run")):
+        return None
+    return (f"Partial: {name} had {left['tune_trials']} tune trials and {left['runs']} runs still to run; "
+            "its rows, verdicts and choice may change.")
+
+
 def methods_of(scene: Scene) -> list[str]:
     return sorted({r["method"] for r in scene["rows"]})
 
 
 def scene_table(name: str, scene: Scene) -> str:
     """The scene's section: heading, table, ranking line and FedAvg's reference line."""
-    return f"### {title(name, scene)}\n\n{scene_body(scene)}"
+    return f"### {title(name, scene)}\n\n{scene_body(scene, name)}"
 
 
-def scene_body(scene: Scene) -> str:
+def scene_body(scene: Scene, name: str) -> str:
     """The scene's table, ranking line and FedAvg's reference line (what a page prints under its own
-    heading)."""
+    heading), after the partial note of a scene with work left."""
     metric = scene.get("metric", "acc")
     best, val = reference(scene)
-    lines = [f"| method | trials | default last-10 | default {metric}@val | tuned last-10 | tuned {metric}@val "
-             f"| tuned > FedAvg test-best | tuned > FedAvg {metric}@val | seeds, notes |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"{note}\n" for note in [partial_note(name, scene)] if note]
+    lines += [f"| method | trials | default last-10 | default {metric}@val | tuned last-10 | tuned {metric}@val "
+              f"| tuned > FedAvg test-best | tuned > FedAvg {metric}@val | seeds, notes |",
+              "|---|---|---|---|---|---|---|---|---|"]
     means: dict[str, dict[str, float]] = {"default": {}, "tuned": {}}
     for m in methods_of(scene):
         d, t = seeds_of(scene, m, "default"), seeds_of(scene, m, "tuned")
@@ -139,7 +149,7 @@ def scene_body(scene: Scene) -> str:
     return "\n".join(lines)
 
 
-def seed_table(scene: Scene) -> str:
+def seed_table(scene: Scene, name: str) -> str:
     """Per seed: FedAvg's two bars, then each row's tuned and default last-10, a tuned cell marked ✓
     where it is above both bars on that seed (the verdict columns are these marks on every seed), ✗
     where it is not; a diverged seed reads "diverged", one not run "-"."""
@@ -150,7 +160,8 @@ def seed_table(scene: Scene) -> str:
     def line(label: str, cells: Mapping[int, str], vals: Sequence[float]) -> str:
         return f"| {label} | " + " | ".join(cells.get(s, "-") for s in seeds) + f" | {fmt(vals)} |"
 
-    lines = ["| row | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |", "|---" * (len(seeds) + 2) + "|",
+    lines = [f"{note}\n" for note in [partial_note(name, scene)] if note]
+    lines += ["| row | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |", "|---" * (len(seeds) + 2) + "|",
              line("FedAvg test-best (bar)", {s: f"{100 * v:.1f}" for s, v in best.items()}, list(best.values())),
              line(f"FedAvg {metric}@val (bar)", {s: f"{100 * v:.1f}" for s, v in val.items()}, list(val.values()))]
     for m in methods_of(scene):
@@ -190,7 +201,8 @@ def summary_table(scenes: Mapping[str, Scene]) -> str:
     lines = [head, "|---" * (len(scenes) + 1) + "|"]
     order = sorted(cells, key=lambda m: (m != REFERENCE, m))
     lines += [f"| {m} | " + " | ".join(cells[m].get(n, "not run") for n in scenes) + " |" for m in order]
-    return "\n".join(lines)
+    notes = [n for name, scene in scenes.items() if (n := partial_note(name, scene))]
+    return "\n".join(lines + (["", *notes] if notes else []))
 
 
 def figure_data(scenes: Mapping[str, Scene]) -> tuple[dict, dict, str]:
@@ -224,7 +236,9 @@ def load_scenes(paths: Iterable[str | Path]) -> dict[str, dict]:
             data = json.loads(f.read_text())
             found = data["scenes"]
         except OSError:
-            raise ConfigError(f"no bench results at '{f}'; pass a `fedcore bench` OUT dir or its bench.json") from None
+            raise ConfigError(f"no bench results at '{f}'; pass a `fedcore bench` OUT dir or its bench.json (a bench "
+                              "still running writes it at its end; `fedcore bench GRID --out OUT --so-far` "
+                              "writes one from the runs finished so far)") from None
         except (ValueError, KeyError, TypeError):
             raise ConfigError(f"'{f}' is not a bench.json (no scenes); pass what `fedcore bench` wrote") from None
         for name, scene in found.items():

@@ -33,15 +33,21 @@ def bench(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what is left to run per scene and method, "
                                           "and the time left where OUT's finished jobs measured it; run "
                                           "nothing")] = False,
+    so_far: Annotated[bool, typer.Option("--so-far", help="write bench.json, tables, sweeps and reports from "
+                                         "the runs finished so far, scenes with work left marked partial; "
+                                         "runs nothing, so it may run beside a bench on OUT")] = False,
 ) -> None:
     """Pick a method for your federation: equal-budget tunes on validation, then default and tuned
     runs on the reporting seeds. Resumable: a rerun does only what is missing. Writes OUT/bench.json."""
     from fedcore.bench.grid import load_grid
-    from fedcore.bench.plan import data_jobs, plan_grid
+    from fedcore.bench.plan import data_jobs, grid_todo, is_done, plan_grid, scene_left
     from fedcore.bench.results import write_results
     from fedcore.bench.runner import prepare_data, run_jobs
+    from fedcore.errors import UserError
     from fedcore.reporting.progress import grid_progress
 
+    if dry_run and so_far:
+        raise UserError("--dry-run prints what is left and --so-far writes what is done; ask for one")
     out = local_folder(out)
     cli_set = list(set_ or [])
     g = load_grid(grid, trials=trials, seeds=int_list(seeds, "--seeds"), methods=str_list(methods), shared=cli_set)
@@ -50,12 +56,21 @@ def bench(
     if dry_run:
         print_todo(all_jobs, jobs, out)
         return
-    prepare_data(data_jobs(g, out, cli_set), say=say)
-    with grid_progress(all_jobs, progress, say, err_console, workers=jobs) as done:
-        run_jobs(first, after, jobs, done)
-    result = write_results(g, out, cli_set)
+    left = scene_left(grid_todo(all_jobs)) if so_far else None
+    if so_far and not any(is_done(j) for j in all_jobs if j.kind == "run"):
+        raise UserError(f"no run of this grid has finished in '{out}' yet; --so-far writes results from "
+                        "finished runs (`--dry-run` shows what is left)")
+    if not so_far:
+        prepare_data(data_jobs(g, out, cli_set), say=say)
+        with grid_progress(all_jobs, progress, say, err_console, workers=jobs) as done:
+            run_jobs(first, after, jobs, done)
+    result = write_results(g, out, cli_set, left)
     for name, scene in result["scenes"].items():
         console.print(choice_line(name, scene), markup=False, highlight=False, soft_wrap=True)
+    if left:
+        console.print(f"partial: {sum(s['tune_trials'] for s in left.values())} tune trials and "
+                      f"{sum(s['runs'] for s in left.values())} runs still to run (the same command without "
+                      "--so-far does them)", markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote {out / 'bench.json'} (per scene: tuned_sweep.yaml, table.md, report/report.md)",
                   markup=False, highlight=False)
 
@@ -90,6 +105,8 @@ def say(line: str) -> None:
 
 def choice_line(name: str, scene: dict) -> str:
     """'quickstart: fedsir (tuned val last-10 0.912), runner-up fednoro by 0.004'."""
+    if scene.get("still_to_run"):
+        name += " (so far)"
     if scene["choice"] is None:
         return f"{name}: no method has a tuned validation score on every reporting seed"
     line = f"{name}: {scene['choice']} (tuned val {scene['metric']} last-10 {scene['means'][scene['choice']]:.4f})"
@@ -144,7 +161,7 @@ def bench_table(
     if summary and per_seed:
         raise UserError("--summary and --per-seed are two different tables; ask for one")
     if per_seed:
-        text = "\n\n".join(f"### {n}, per seed\n\n{seed_table(s)}" for n, s in chosen.items())
+        text = "\n\n".join(f"### {n}, per seed\n\n{seed_table(s, n)}" for n, s in chosen.items())
     else:
         text = summary_table(chosen) if summary else "\n\n".join(scene_table(n, s) for n, s in chosen.items())
     console.print(text, markup=False, highlight=False, soft_wrap=True)

@@ -170,3 +170,37 @@ def test_a_dry_run_counts_what_is_left_and_paces_it_on_the_finished_jobs(bench, 
     assert "4 units to run" in out and "left" in out and "no time measured" not in out
     assert not (bench / "quickstart-tiny/data-s7").exists()  # it ran nothing, prepared nothing
     assert (bench / "bench.json").stat().st_mtime_ns == stamp
+
+
+def test_so_far_writes_the_finished_runs_marked_partial_and_runs_nothing(bench, tmp_path, capsys):
+    import shutil
+
+    copy, scene = tmp_path / "out", "quickstart-tiny"
+    shutil.copytree(bench, copy)
+    (copy / "bench.json").unlink()
+    shutil.rmtree(copy / scene / "fedprox" / "tuned" / "s0")  # a tuned run still to do
+    capsys.readouterr()
+    cli.main(["bench", str(GRID), "--out", str(copy), "--seeds", "0", "--so-far"])
+    out = capsys.readouterr().out
+    assert not (copy / scene / "fedprox" / "tuned" / "s0").exists()  # nothing ran
+    result = json.loads((copy / "bench.json").read_text())["scenes"][scene]
+    assert result["still_to_run"] == {"tune_trials": 0, "runs": 1}
+    assert (result["choice"], result["runner_up"]) == ("fedavg", None)  # fedprox has no tuned run yet
+    assert f"{scene} (so far): fedavg" in out and "partial: 0 tune trials and 1 runs still to run" in out
+    assert (copy / scene / "table.md").read_text().splitlines()[2].startswith(f"Partial: {scene} had 0 tune")
+    cli.main(["bench-table", str(copy), "--summary"])
+    assert capsys.readouterr().out.strip().endswith("its rows, verdicts and choice may change.")
+    # The bench then does what was left, and its bench.json is whole again.
+    cli.main(["bench", str(GRID), "--out", str(copy), "--seeds", "0", "--no-progress"])
+    result = json.loads((copy / "bench.json").read_text())["scenes"][scene]
+    assert "still_to_run" not in result and result["left_out"] == []
+
+
+def test_so_far_refuses_an_out_with_nothing_finished_and_a_dry_run_beside_it(tmp_path, capsys):
+    for extra in ([], ["--dry-run"]):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["bench", str(GRID), "--out", str(tmp_path / "out"), "--so-far", *extra])
+        err = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and "\n" not in err
+        assert ("ask for one" if extra else "no run of this grid has finished") in err
+    assert not (tmp_path / "out" / "bench.json").exists()

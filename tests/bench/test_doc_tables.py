@@ -60,7 +60,7 @@ def test_a_per_seed_block_is_the_scenes_seed_table(tmp_path):
     root = _tree(tmp_path, f"<!-- bench-table {RECORD} --per-seed -->\n<!-- /bench-table -->\n")
     assert bt.main(["--root", str(root)]) == 0
     text = (root / "docs/page.md").read_text(encoding="utf-8")
-    table = seed_table(load_scenes([ROOT / RECORD])["quickstart"])
+    table = seed_table(load_scenes([ROOT / RECORD])["quickstart"], "quickstart")
     assert text == f"<!-- bench-table {RECORD} --per-seed -->\n{table}\n<!-- /bench-table -->\n"
     assert "| FedAvg test-best (bar) | " in table
 

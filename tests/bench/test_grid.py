@@ -89,3 +89,12 @@ def test_the_quickstart_grid_is_the_one_the_shipped_tuned_sweep_was_made_with():
     head = sweep.read_text()
     assert f"per row {grid.trials} trials" in head and f"on seed {grid.tuning_seed}" in head
     assert f"data.validation.fraction={grid.validation_fraction}" in head
+
+
+def test_scene_left_sums_each_scenes_missing_trials_and_runs_and_omits_finished_scenes():
+    from fedcore.bench.plan import scene_left
+
+    todo = [{"scene": "a", "row": "fedavg", "trials": [8, 8], "default": [3, 3], "tuned": [1, 3]},
+            {"scene": "a", "row": "fedrg", "trials": [5, 8], "default": [0, 3], "tuned": [0, 3]},
+            {"scene": "b", "row": "fedavg", "trials": [8, 8], "default": [3, 3], "tuned": [3, 3]}]
+    assert scene_left(todo) == {"a": {"tune_trials": 3, "runs": 8}}

@@ -73,7 +73,7 @@ def test_the_scene_table_judges_tuned_rows_against_fedavgs_better_row_per_seed()
 
 
 def test_the_seed_table_marks_each_tuned_seed_against_both_fedavg_bars():
-    assert seed_table(SCENE).splitlines() == [
+    assert seed_table(SCENE, "s").splitlines() == [
         "| row | seed 0 | seed 1 | mean ± std |", "|---|---|---|---|",
         "| FedAvg test-best (bar) | 71.0 | 72.0 | 71.5 ± 0.7 |",
         "| FedAvg acc@val (bar) | 69.0 | 73.0 | 71.0 ± 2.8 |",
@@ -86,7 +86,7 @@ def test_the_seed_table_marks_each_tuned_seed_against_both_fedavg_bars():
         "| fedsir, tuned | 80.0 ✓ | 74.0 ✓ | 77.0 ± 4.2 |",
         "| fedsir, default | 78.0 | 76.0 | 77.0 ± 1.4 |"]
     # a row is ✓ in the summary exactly where every seed it trained is ✓ here
-    marks = {line.split(" | ")[0][2:-7]: line for line in seed_table(SCENE).splitlines() if ", tuned |" in line}
+    marks = {line.split(" | ")[0][2:-7]: line for line in seed_table(SCENE, "s").splitlines() if ", tuned |" in line}
     summary = {line.split(" | ")[0][2:]: line for line in summary_table({"s": SCENE}).splitlines()[2:]}
     for m in ("coteaching", "dividemix", "fedsir"):
         assert ("✗" not in marks[m]) == summary[m].endswith("✓ |"), m
@@ -190,3 +190,15 @@ def test_bench_table_draws_the_figure(tmp_path, capsys):
     cli.main(["bench-table", _bench(tmp_path / "a", {"fedsir_09": SCENE}), "--summary", "--figure", str(png)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert capsys.readouterr().out.startswith("| method (tuned, mean last-10) | fedsir_09 |")
+
+
+def test_every_table_of_a_scene_with_work_left_says_it_is_partial():
+    partial = {**SCENE, "still_to_run": {"tune_trials": 3, "runs": 2}}
+    note = ("Partial: fedsir_09 had 3 tune trials and 2 runs still to run; its rows, verdicts and choice may "
+            "change.")
+    assert scene_table("fedsir_09", partial).splitlines()[2:4] == [note, ""]
+    assert seed_table(partial, "fedsir_09").splitlines()[:2] == [note, ""]
+    assert summary_table({"fedsir_09": partial, "fedharmony_scenes": MAP_SCENE}).splitlines()[-2:] == ["", note]
+    # the rest of each table is the finished scene's
+    assert scene_table("fedsir_09", partial).splitlines()[4:] == scene_table("fedsir_09", SCENE).splitlines()[2:]
+    assert "Partial" not in summary_table({"fedsir_09": SCENE}) + seed_table(SCENE, "s")
