@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from fedcore.errors import TrackingError
 from fedcore.tracking.base import DatasetInfo
+from fedcore.tracking.transport import TrackingUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +116,17 @@ class RecordsMixin:
 
     def log_dataset(self, dataset: DatasetInfo) -> None:
         rid = self._active()
-        self._call("log_inputs", self.client.log_inputs, rid, datasets=[dataset_input(dataset)])
+        inputs = [dataset_input(dataset)]
+        try:
+            self._call("log_inputs", self.client.log_inputs, rid, datasets=inputs)
+        except TrackingUnavailable:
+            raise
+        except TrackingError as err:
+            # MLflow's store looks the experiment's dataset up, then inserts it, in two steps: runs of
+            # one experiment logging the same artifact at once (a bench's parallel tunes) collide on
+            # its unique key, and all but one fail. The row now exists, so one more call links it.
+            log.info("tracking: logging the dataset input again after %s", err)
+            self._call("log_inputs", self.client.log_inputs, rid, datasets=inputs)
 
     def start_system_metrics(self, interval_s: float) -> None:
         rid = self._active()
