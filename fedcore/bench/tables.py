@@ -162,8 +162,8 @@ def seed_table(scene: Scene, name: str) -> str:
 
     lines = [f"{note}\n" for note in [partial_note(name, scene)] if note]
     lines += ["| row | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |", "|---" * (len(seeds) + 2) + "|",
-             line("FedAvg test-best (bar)", {s: f"{100 * v:.1f}" for s, v in best.items()}, list(best.values())),
-             line(f"FedAvg {metric}@val (bar)", {s: f"{100 * v:.1f}" for s, v in val.items()}, list(val.values()))]
+              line("FedAvg test-best (bar)", {s: f"{100 * v:.1f}" for s, v in best.items()}, list(best.values())),
+              line(f"FedAvg {metric}@val (bar)", {s: f"{100 * v:.1f}" for s, v in val.items()}, list(val.values()))]
     for m in methods_of(scene):
         for setting in ("tuned", "default"):
             diverged = [r["seed"] for r in scene["rows"]

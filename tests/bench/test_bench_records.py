@@ -66,6 +66,7 @@ def test_the_records_choice_follows_from_its_rows(name, scene):
     got = choose(rec["rows"], bench["grid"]["seeds"])
     assert (got["choice"], got["runner_up"]) == (rec["choice"], rec["runner_up"])
     assert got["margin"] == rec["margin"]
+    assert "still_to_run" not in rec  # a page's tables come from a finished grid, not `--so-far`
 
 
 @pytest.mark.parametrize(("name", "scene"), sorted(SHIPPED))
