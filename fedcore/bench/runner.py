@@ -1,6 +1,8 @@
 """Running a bench grid's jobs: in this process (--jobs 1) or in N worker processes.
 
-Tunes and default runs start at once; a tune's tuned runs start when it ends. Each job writes
+Jobs are handed out in the grid's order, no more than the workers at once, and a tune's tuned runs
+go to the front of the queue when it ends: the grid finishes row by row and scene by scene, so a
+stopped grid (or `fedcore bench --so-far`) holds whole rows. Each job writes
 its output to a log beside its dir (appended: a resumed job keeps its first attempt's log), so
 the one progress bar over the whole grid stays readable. Worker processes are spawned, not
 forked: a forked child inherits torch's thread pools in whatever state the parent left them.
@@ -12,6 +14,7 @@ import concurrent.futures as cf
 import contextlib
 import multiprocessing
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -137,34 +140,48 @@ def stop_workers(procs: list, pool: cf.Executor, grace: float = STOP_GRACE_S) ->
             p.join(5.0)
 
 
+class GridQueue:
+    """The jobs left, in the grid's order; a finished job's followers (a tune's tuned runs) go to
+    the front. Handing out every job at once, as the pool's own queue would, ran all the grid's tunes
+    and default runs before any tuned run: no row was whole until the grid's last hour."""
+
+    def __init__(self, first: list[Job], after: dict[Job, list[Job]]) -> None:
+        self.pending, self.after = deque(first), after
+
+    def pop(self) -> Job | None:
+        return self.pending.popleft() if self.pending else None
+
+    def finished(self, job: Job) -> None:
+        self.pending.extendleft(reversed(self.after.get(job, [])))
+
+
 def run_jobs(first: list[Job], after: dict[Job, list[Job]], jobs: int,
              done: Callable[[Job, str, float], None]) -> None:
-    """Every job not yet done, dependencies first; `done(job, status, seconds)` after each (status
-    'done', 'diverged' or 'skipped'; the seconds it ran). A failing job's error is raised once the
-    running ones are stopped."""
+    """Every job not yet done, dependencies first, at most `jobs` at once (GridQueue's order);
+    `done(job, status, seconds)` after each (status 'done', 'diverged' or 'skipped'; the seconds it
+    ran). A failing job's error is raised once the running ones are stopped."""
+    queue = GridQueue(first, after)
     with executor(jobs) as pool:
         running: dict[cf.Future, Job] = {}
 
-        def finish(fut: cf.Future) -> None:
-            job = running.pop(fut)
-            done(job, *fut.result())  # a job's UserError ends the grid here, in one line
-            for nxt in after.get(job, []):
-                start(nxt)
+        def end(job: Job, status: str, seconds: float) -> None:
+            done(job, status, seconds)  # a job's UserError ends the grid here, in one line
+            queue.finished(job)
 
-        def start(job: Job) -> None:
-            if is_done(job):
-                done(job, "skipped", 0.0)
-                for nxt in after.get(job, []):
-                    start(nxt)
-                return
-            fut = pool.submit(timed, job)
-            running[fut] = job
-            if fut.done():  # in-process: it ran already, and the bar should say so now
-                finish(fut)
+        def fill() -> None:
+            while len(running) < jobs and (job := queue.pop()) is not None:
+                if is_done(job):
+                    end(job, "skipped", 0.0)
+                    continue
+                fut = pool.submit(timed, job)
+                if fut.done():  # in-process: it ran already, and the bar should say so now
+                    end(job, *fut.result())
+                else:
+                    running[fut] = job
 
-        for job in first:
-            start(job)
+        fill()
         while running:
             finished, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
             for fut in finished:
-                finish(fut)
+                end(running.pop(fut), *fut.result())
+            fill()

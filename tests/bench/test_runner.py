@@ -144,3 +144,49 @@ def test_in_a_terminal_the_bar_shows_the_time_left_at_each_rows_pace(tmp_path):
     with grid_progress([tune, run, other], True, lambda line: None, term, workers=2) as done:
         done(tune, "done", 600.0)  # 200 s a unit: a's run and b's (the grid's pace) are 400 s of work, on 2 workers
     assert "about 0:03:20 left" in out.getvalue()  # the bar's last frame, drawn as it closes
+
+
+def _tiny_plan(tmp_path: Path):
+    from fedcore.bench.grid import load_grid
+    from fedcore.bench.plan import plan_grid
+
+    return plan_grid(load_grid(ROOT / "experiments/grids/tiny.yaml", seeds=[0, 1]), tmp_path, [])
+
+
+def _name(job: Job) -> str:
+    return f"{job.row} {job.kind if job.kind == 'tune' else f'{job.setting} s{job.seed}'}"
+
+
+def test_a_tunes_tuned_runs_are_handed_out_before_the_next_rows_jobs(tmp_path):
+    """Two workers: the tune ends first, and its tuned runs jump the queue, so fedavg's row is
+    whole before fedprox's tune starts (the pool's own queue ran every tune and default run first)."""
+    from fedcore.bench.runner import GridQueue
+
+    first, after = _tiny_plan(tmp_path)
+    queue = GridQueue(first, after)
+    running = [queue.pop(), queue.pop()]
+    handed = [_name(j) for j in running]
+    while running:
+        job = running.pop(0)  # the oldest ends first
+        queue.finished(job)
+        if (nxt := queue.pop()) is not None:
+            running.append(nxt)
+            handed.append(_name(nxt))
+    assert handed == ["fedavg tune", "fedavg default s0", "fedavg tuned s0", "fedavg tuned s1",
+                      "fedavg default s1", "fedprox tune", "fedprox default s0", "fedprox tuned s0",
+                      "fedprox tuned s1", "fedprox default s1"]
+
+
+def test_run_jobs_skips_finished_jobs_and_reports_each_in_queue_order(tmp_path, monkeypatch):
+    from fedcore.bench import runner
+
+    first, after = _tiny_plan(tmp_path)
+    finished = next(j for j in first if j.kind == "run")  # a default run that already has its metrics
+    finished.out.mkdir(parents=True)
+    (finished.out / "metrics.json").write_text("{}")
+    monkeypatch.setattr(runner, "timed", lambda job: ("done", 1.0))
+    seen: list[tuple[str, str]] = []
+    runner.run_jobs(first, after, 1, lambda job, status, s: seen.append((_name(job), status)))
+    assert seen[:4] == [("fedavg tune", "done"), ("fedavg tuned s0", "done"), ("fedavg tuned s1", "done"),
+                        (_name(finished), "skipped")]
+    assert len(seen) == 10 and sum(status == "skipped" for _, status in seen) == 1
