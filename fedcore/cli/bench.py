@@ -40,7 +40,7 @@ def bench(
     """Pick a method for your federation: equal-budget tunes on validation, then default and tuned
     runs on the reporting seeds. Resumable: a rerun does only what is missing. Writes OUT/bench.json."""
     from fedcore.bench.grid import load_grid
-    from fedcore.bench.plan import data_jobs, grid_todo, is_done, plan_grid, scene_left
+    from fedcore.bench.plan import data_jobs, grid_todo, plan_grid, scene_left
     from fedcore.bench.results import write_results
     from fedcore.bench.runner import prepare_data, run_jobs
     from fedcore.errors import UserError
@@ -56,14 +56,15 @@ def bench(
     if dry_run:
         print_todo(all_jobs, jobs, out)
         return
-    left = scene_left(grid_todo(all_jobs)) if so_far else None
-    if so_far and not any(is_done(j) for j in all_jobs if j.kind == "run"):
+    todo = grid_todo(all_jobs) if so_far else []
+    if so_far and not any(r["default"][0] + r["tuned"][0] for r in todo):
         raise UserError(f"no run of this grid has finished in '{out}' yet; --so-far writes results from "
                         "finished runs (`--dry-run` shows what is left)")
     if not so_far:
         prepare_data(data_jobs(g, out, cli_set), say=say)
         with grid_progress(all_jobs, progress, say, err_console, workers=jobs) as done:
             run_jobs(first, after, jobs, done)
+    left = scene_left(todo) if so_far else None
     result = write_results(g, out, cli_set, left)
     for name, scene in result["scenes"].items():
         console.print(choice_line(name, scene), markup=False, highlight=False, soft_wrap=True)
