@@ -35,6 +35,7 @@ class Job:
     out: Path
     data: Path
     trials: int = 0
+    start_at_default: bool = False  # a tune's: its first trial is the row's own setting
 
     @property
     def label(self) -> str:
@@ -79,7 +80,7 @@ def tune_job(grid: Grid, out: Path, name: str, row: str, base: list[str]) -> Job
     scene = grid.scenes[name]
     return Job("tune", name, row, "", grid.tuning_seed, scene.config,
                (*base, *seed_overrides(scene, grid.tuning_seed)), out / name / row / "tune",
-               data_dir(out, name, grid.tuning_seed), grid.trials)
+               data_dir(out, name, grid.tuning_seed), grid.trials, grid.start_at_default)
 
 
 def run_job(grid: Grid, out: Path, name: str, row: str, setting: str, seed: int, base: list[str]) -> Job:

@@ -56,7 +56,7 @@ def _tune(job: Job) -> str:
     from fedcore.tuning.study import TuneRequest, run_tune
 
     req = TuneRequest(config=job.config, overrides=list(job.overrides), trials=job.trials, out=job.out,
-                      data=str(job.data), progress=False)
+                      data=str(job.data), progress=False, start_at_default=job.start_at_default)
     run_tune(req, say=print)
     return "done"
 

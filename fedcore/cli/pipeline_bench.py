@@ -46,6 +46,9 @@ def compile_bench(args: dict[str, Any], out: Path | None, options: Any) -> str:
     from pipelines.runner import compile_pipeline, load_specs
 
     pipeline, grid = bench_pipeline(args, options)
+    if args.get("katib") and grid.start_at_default:
+        raise UserError("Katib cannot start a tune at a given setting: drop start_at_default from the grid for "
+                        "--katib (the pipeline's own tunes honour it)")
     path = compile_pipeline(pipeline, out or Path("bench.yaml"))
     spec, _ = load_specs(path)
     inputs = ", ".join(sorted(spec.root.input_definitions.parameters))

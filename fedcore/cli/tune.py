@@ -28,6 +28,9 @@ def tune(
     objective: Annotated[str, typer.Option("--objective", help="last10 (mean of the last 10 val scores) or best "
                                            "(the best round's)")] = "last10",
     prune: Annotated[bool, typer.Option(help="stop trials whose val score trails the median at the same round")] = True,
+    start_at_default: Annotated[bool, typer.Option(
+        "--start-at-default", help="spend the first trial on the config's own setting, so the tune ends there or "
+        "at a setting that beat it on validation")] = False,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
 ) -> None:
     """Tune the train section's and the method's declared ranges on validation, never on test.
@@ -39,10 +42,12 @@ def tune(
 
     out = local_folder(out)
     req = TuneRequest(config=str(config), overrides=list(set_ or []), trials=trials, out=out, data=data,
-                      objective=objective, only=param, prune=prune, progress=progress)
+                      objective=objective, only=param, prune=prune, progress=progress,
+                      start_at_default=start_at_default)
     result = run_tune(req, say=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
     params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result["best_params"].items())
-    console.print(f"best {result['objective']} = {result['best_value']:.4f} (trial {result['best_trial']}; "
+    own = ", the config's own setting" if result.get("best_is_default") else ""
+    console.print(f"best {result['objective']} = {result['best_value']:.4f} (trial {result['best_trial']}{own}; "
                   f"{result['n_trials']} trials, {result['n_pruned']} pruned): {params}", markup=False, highlight=False)
     tuned = result["seed"]
     console.print(f"run it: fedcore run {out / 'best.yaml'} --set seed={reporting_seed(tuned)} (best.yaml keeps "

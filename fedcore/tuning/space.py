@@ -96,3 +96,23 @@ def suggest(trial: Any, dims: list[Dim]) -> dict[str, float | int]:
 def as_overrides(values: dict[str, Any]) -> list[str]:
     """{path: value} as `--set` overrides, floats with full precision (repr round-trips)."""
     return [f"{k}={v!r}" for k, v in values.items()]
+
+
+def default_point(cfg: ExperimentConfig, dims: list[Dim]) -> dict[str, float | int]:
+    """The config's own values of the dims, {path: value}: the point a tune started at its default tries
+    first, so that its best can only be this setting or one that beat it on the tuning seed's validation.
+    A value outside its range is refused: the sampler would have to score a point it can never draw."""
+    from fedcore.methods.registry import validate_method_config
+
+    # method.params holds only what the config sets; the method's params class has the rest.
+    tree = {**cfg.model_dump(), "method": {"params": validate_method_config(cfg).model_dump()}}
+    out: dict[str, float | int] = {}
+    for d in dims:
+        value: Any = tree
+        for part in d.path.split("."):
+            value = value[part]
+        if not d.low <= value <= d.high:
+            raise ConfigError(f"--start-at-default: {d.path}={value:g} lies outside its tune range "
+                              f"{d.describe()}; set it inside (--set {d.path}=...) or leave out --start-at-default")
+        out[d.path] = int(value) if d.integer else float(value)
+    return out

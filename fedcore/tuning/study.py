@@ -31,7 +31,7 @@ from fedcore.config import ExperimentConfig
 from fedcore.engine.callbacks import Callback
 from fedcore.errors import ConfigError, DivergedError, UserError
 from fedcore.io import atomic_write_bytes, run_dir_lock
-from fedcore.tuning.space import Dim, as_overrides, search_space, suggest
+from fedcore.tuning.space import Dim, as_overrides, default_point, search_space, suggest
 from fedcore.tuning.tracking import Parent
 
 OBJECTIVES = {"last10": "final/val_{m}_last10", "best": "final/val_{m}_best"}
@@ -50,6 +50,7 @@ class TuneRequest:
     only: list[str] | None = None
     prune: bool = True
     progress: bool = True
+    start_at_default: bool = False  # trial 0 is the config's own setting (default_point)
 
 
 class TrialPruning(Callback):
@@ -77,7 +78,8 @@ def base_overrides(req: TuneRequest, cfg: ExperimentConfig, say) -> list[str]:
     return [*req.overrides, f"data.validation.fraction={DEFAULT_VALIDATION}"]
 
 
-def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str, prune: bool, warmup: int):
+def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str, prune: bool, warmup: int,
+               start_at_default: bool = False):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -88,6 +90,8 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
         sampler=_sampler(cfg.seed), pruner=pruner,
         load_if_exists=True)
     identity = {"config_hash": cfg.config_hash(), "space": [d.path for d in dims], "objective": objective}
+    if start_at_default:  # only when set, so that tune dirs from before it keep comparing equal
+        identity["start"] = "default"
     # What config_hash digests, so that a mismatch names the keys (stored beside the identity:
     # tune dirs from before it keep comparing equal).
     config = {k: v for k, v in cfg.hashed_dict().items() if k != "tracking"}
@@ -130,8 +134,11 @@ def _identity_diff(stored: dict, stored_config: dict | None, identity: dict, con
     if stored_config is None:  # a tune dir from before configs were stored: only whether they differ is known
         same = stored["config_hash"] == identity["config_hash"]
         stored_config, config = ({}, {}) if same else ({"config": "another, not recorded"}, {"config": "this one"})
-    return describe_diff({**stored_config, "--param": stored["space"], "--objective": stored["objective"]},
-                         {**config, "--param": identity["space"], "--objective": identity["objective"]}, "tune")
+    def flags(ident: dict) -> dict:
+        return {"--param": ident["space"], "--objective": ident["objective"],
+                "--start-at-default": ident.get("start") == "default"}
+
+    return describe_diff({**stored_config, **flags(stored)}, {**config, **flags(identity)}, "tune")
 
 
 def counted(study) -> tuple[int, int]:
@@ -154,6 +161,7 @@ def run_tune(req: TuneRequest, say=print) -> dict[str, Any]:
     first = load_config(req.config, req.overrides)
     if not search_space(first, req.only):  # bad input is refused before anything is said or written
         raise ConfigError(f"nothing to tune for method '{first.method.name}': no declared ranges")
+    start = default_point(first, search_space(first, req.only)) if req.start_at_default else None
     overrides = base_overrides(req, first, say)
     cfg = load_config(req.config, overrides)
     dims = search_space(cfg, req.only)
@@ -161,7 +169,9 @@ def run_tune(req: TuneRequest, say=print) -> dict[str, Any]:
     with run_dir_lock(out):
         fed = trial_data(cfg, out, req.data)
         metric = "mAP" if fed.task == "multi" else "acc"
-        study = open_study(out, cfg, dims, req.objective, req.prune, prune_warmup(cfg))
+        study = open_study(out, cfg, dims, req.objective, req.prune, prune_warmup(cfg), req.start_at_default)
+        if start is not None and not study.get_trials(deepcopy=False):
+            study.enqueue_trial(start, user_attrs={"start": "default"})
         tracking = Parent(cfg, study)
         try:
             run_trials(req, overrides, dims, study, fed, metric, tracking, say)
@@ -256,6 +266,7 @@ def finish(req, overrides, dims, study, metric, out: Path) -> dict[str, Any]:
         "objective": OBJECTIVES[req.objective].format(m=metric), "n_trials": n, "n_pruned": pruned,
         "n_diverged": sum(1 for t in study.get_trials(deepcopy=False) if "diverged" in t.user_attrs),
         "best_trial": best.number, "best_run_dir": best.user_attrs.get("run_dir"),
+        "best_is_default": best.user_attrs.get("start") == "default",
         "space": {d.path: d.describe() for d in dims}, "seed": best_cfg.seed, "method": best_cfg.method.name,
         "figures": write_figures(study, out),
     }
