@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fedcore.bench.plan import Job, diverged_marker, is_done
+from fedcore.bench.stale import refuse_stale
 from fedcore.errors import DivergedError
 
 
@@ -171,6 +172,8 @@ def run_jobs(first: list[Job], after: dict[Job, list[Job]], jobs: int,
         def fill() -> None:
             while len(running) < jobs and (job := queue.pop()) is not None:
                 if is_done(job):
+                    if job.setting == "tuned":  # its tune may have ended here with another best.yaml
+                        refuse_stale([job], job.out.parents[3])
                     end(job, "skipped", 0.0)
                     continue
                 fut = pool.submit(timed, job)

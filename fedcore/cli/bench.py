@@ -43,6 +43,7 @@ def bench(
     from fedcore.bench.plan import data_jobs, grid_todo, plan_grid, scene_left
     from fedcore.bench.results import write_results
     from fedcore.bench.runner import prepare_data, run_jobs
+    from fedcore.bench.stale import refuse_stale
     from fedcore.errors import UserError
     from fedcore.reporting.progress import grid_progress
 
@@ -53,6 +54,7 @@ def bench(
     g = load_grid(grid, trials=trials, seeds=int_list(seeds, "--seeds"), methods=str_list(methods), shared=cli_set)
     first, after = plan_grid(g, out, cli_set)
     all_jobs = [*first, *(j for js in after.values() for j in js)]
+    refuse_stale(all_jobs, out)  # before a dry run too: it would count another grid's runs as done
     if dry_run:
         print_todo(all_jobs, jobs, out)
         return

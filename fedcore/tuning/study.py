@@ -266,7 +266,7 @@ def finish(req, overrides, dims, study, metric, out: Path) -> dict[str, Any]:
         "objective": OBJECTIVES[req.objective].format(m=metric), "n_trials": n, "n_pruned": pruned,
         "n_diverged": sum(1 for t in study.get_trials(deepcopy=False) if "diverged" in t.user_attrs),
         "best_trial": best.number, "best_run_dir": best.user_attrs.get("run_dir"),
-        "best_is_default": best.user_attrs.get("start") == "default",
+        "start_at_default": req.start_at_default, "best_is_default": best.user_attrs.get("start") == "default",
         "space": {d.path: d.describe() for d in dims}, "seed": best_cfg.seed, "method": best_cfg.method.name,
         "figures": write_figures(study, out),
     }
