@@ -76,6 +76,8 @@ def tuned_params(grid: Grid, out: Path, scene: str) -> dict[str, dict[str, Any]]
     """method -> what its tune found: best_params (after the variant's fixed ones), best_value, trials."""
     tunes = read_tunes(out / scene)
     keep = ("best_params", "best_value", "objective", "n_trials", "n_pruned", "n_diverged", "seed")
+    if grid.start_at_default:  # whether each tune ended at the default it started from
+        keep += ("best_is_default",)
     return {row: {"fixed": grid.variant(row).set, **{k: tunes[row].get(k) for k in keep}}
             for row in grid.methods if row in tunes}
 

@@ -71,10 +71,12 @@ def reference(scene: Scene) -> tuple[dict[int, float], dict[int, float]]:
 
 
 def tune_info(tune: Mapping[str, Any] | None) -> str:
-    """'8 (2 pruned, 0 diverged)': the trials a tune finished, '-' without one."""
+    """'8 (2 pruned, 0 diverged)': the trials a tune finished, '-' without one; ', kept the default' where a
+    tune started at its default setting ended there (its tuned row is the default setting rerun)."""
     if not tune or tune.get("n_trials") is None:
         return "-"
-    return f"{tune['n_trials']} ({tune.get('n_pruned') or 0} pruned, {tune.get('n_diverged') or 0} diverged)"
+    kept = ", kept the default" if tune.get("best_is_default") else ""
+    return f"{tune['n_trials']} ({tune.get('n_pruned') or 0} pruned, {tune.get('n_diverged') or 0} diverged{kept})"
 
 
 def notes(scene: Scene, method: str, setting: str) -> list[str]:

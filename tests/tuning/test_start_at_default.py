@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedcore import cli
 from fedcore.bench.grid import load_grid
@@ -90,3 +91,26 @@ def test_a_grid_passes_it_to_every_tune_and_katib_refuses_it(tmp_path, capsys):
         cli.main(["pipeline", "compile", "bench", str(grid), "--out", str(tmp_path / "b.yaml"), "--katib"])
     assert exit_info.value.code == 2 and "drop start_at_default" in capsys.readouterr().err
     assert not (tmp_path / "b.yaml").exists()
+
+
+def test_a_bench_started_at_defaults_records_which_tunes_kept_them(tmp_path, capsys):
+    from fedcore.bench.tables import tune_info
+
+    grid = yaml.safe_load((ROOT / "experiments/grids/tiny.yaml").read_text())
+    grid["scenes"]["quickstart-tiny"]["set"] = [*grid["scenes"]["quickstart-tiny"]["set"], "train.rounds=2"]
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({**grid, "start_at_default": True}))
+    out = tmp_path / "out"
+    cli.main(["bench", str(path), "--out", str(out), "--no-progress"])
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["grid"]["start_at_default"] is True
+    table = (out / "quickstart-tiny" / "table.md").read_text()
+    for row, tuned in bench["scenes"]["quickstart-tiny"]["tuned"].items():
+        tune = json.loads((out / "quickstart-tiny" / row / "tune" / "tune.json").read_text())
+        assert tune["start_at_default"] is True and tuned["best_is_default"] == tune["best_is_default"]
+        assert tune["best_is_default"] == (tune["best_trial"] == 0)
+        line = next(x for x in table.splitlines() if x.startswith(f"| {row} |"))
+        assert ("kept the default" in line) == tune["best_is_default"]
+    assert tune_info({"n_trials": 8, "n_pruned": 2, "n_diverged": 0, "best_is_default": True}) == \
+        "8 (2 pruned, 0 diverged, kept the default)"
+    assert tune_info({"n_trials": 8, "n_pruned": 2, "n_diverged": 0}) == "8 (2 pruned, 0 diverged)"
