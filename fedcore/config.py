@@ -277,6 +277,10 @@ class ExperimentConfig(Strict):
             del d["train"]["fused_adam"]
         return d
 
+    def digested(self) -> dict[str, Any]:
+        """What config_hash digests: hashed_dict() less the tracking settings (they never change results)."""
+        return {k: v for k, v in self.hashed_dict().items() if k != "tracking"}
+
     def config_hash(self, sections: tuple[str, ...] | None = None) -> str:
         """Stable 16-hex digest of the config (or of some sections), independent of key order.
 

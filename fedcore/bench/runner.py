@@ -173,7 +173,7 @@ def run_jobs(first: list[Job], after: dict[Job, list[Job]], jobs: int,
             while len(running) < jobs and (job := queue.pop()) is not None:
                 if is_done(job):
                     if job.setting == "tuned":  # its tune may have ended here with another best.yaml
-                        refuse_stale([job], job.out.parents[3])
+                        refuse_stale([job])
                     end(job, "skipped", 0.0)
                     continue
                 fut = pool.submit(timed, job)

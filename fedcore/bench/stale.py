@@ -39,25 +39,22 @@ def stale(job: Job) -> str | None:
         expected = load_config(job.config, list(job.overrides))
         stored_hash = record["config_hash"]
         stored = None
-    if stored_hash == expected.config_hash():
+    expected_hash = expected.config_hash()
+    if stored_hash == expected_hash:
         return None
     if stored is None and (job.out / "config.yaml").is_file():
         stored = load_config(job.out / "config.yaml")
     if stored is None:
-        return f"config {stored_hash} (on disk) vs {expected.config_hash()}"
-
-    def hashed(cfg) -> dict:
-        return {k: v for k, v in cfg.hashed_dict().items() if k != "tracking"}
-
-    return describe_diff(hashed(stored), hashed(expected), "on disk") or "the config differs"
+        return f"config {stored_hash} (on disk) vs {expected_hash}"
+    return describe_diff(stored.digested(), expected.digested(), "on disk") or "the config differs"
 
 
-def refuse_stale(jobs: list[Job], out: Path) -> None:
+def refuse_stale(jobs: list[Job]) -> None:
     """Raise on the first finished job that another grid made."""
     for job in jobs:
         if why := stale(job):
             raise ConfigError(f"'{job.out}' holds work of another grid ({why}); rerun the grid it was made with, "
-                              f"or give this one another --out than '{out}'")
+                              "or give this one another --out")
 
 
 def _json(path: Path) -> dict | None:

@@ -54,7 +54,7 @@ def bench(
     g = load_grid(grid, trials=trials, seeds=int_list(seeds, "--seeds"), methods=str_list(methods), shared=cli_set)
     first, after = plan_grid(g, out, cli_set)
     all_jobs = [*first, *(j for js in after.values() for j in js)]
-    refuse_stale(all_jobs, out)  # before a dry run too: it would count another grid's runs as done
+    refuse_stale(all_jobs)  # before a dry run too: it would count another grid's runs as done
     if dry_run:
         print_todo(all_jobs, jobs, out)
         return

@@ -103,14 +103,13 @@ def default_point(cfg: ExperimentConfig, dims: list[Dim]) -> dict[str, float | i
     first, so that its best can only be this setting or one that beat it on the tuning seed's validation.
     A value outside its range is refused: the sampler would have to score a point it can never draw."""
     from fedcore.methods.registry import validate_method_config
+    from fedcore.reporting.config_diff import flatten
 
     # method.params holds only what the config sets; the method's params class has the rest.
-    tree = {**cfg.model_dump(), "method": {"params": validate_method_config(cfg).model_dump()}}
+    values = flatten({**cfg.model_dump(), "method": {"params": validate_method_config(cfg).model_dump()}})
     out: dict[str, float | int] = {}
     for d in dims:
-        value: Any = tree
-        for part in d.path.split("."):
-            value = value[part]
+        value = values[d.path]
         if not d.low <= value <= d.high:
             raise ConfigError(f"--start-at-default: {d.path}={value:g} lies outside its tune range "
                               f"{d.describe()}; set it inside (--set {d.path}=...) or leave out --start-at-default")

@@ -94,7 +94,7 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
         identity["start"] = "default"
     # What config_hash digests, so that a mismatch names the keys (stored beside the identity:
     # tune dirs from before it keep comparing equal).
-    config = {k: v for k, v in cfg.hashed_dict().items() if k != "tracking"}
+    config = cfg.digested()
     stored = study.user_attrs.get("identity")
     if stored is None:
         study.set_user_attr("identity", identity)
@@ -159,9 +159,10 @@ def run_tune(req: TuneRequest, say=print) -> dict[str, Any]:
     if req.trials < 1:
         raise ConfigError(f"--trials must be at least 1, got {req.trials}")
     first = load_config(req.config, req.overrides)
-    if not search_space(first, req.only):  # bad input is refused before anything is said or written
+    first_dims = search_space(first, req.only)
+    if not first_dims:  # bad input is refused before anything is said or written
         raise ConfigError(f"nothing to tune for method '{first.method.name}': no declared ranges")
-    start = default_point(first, search_space(first, req.only)) if req.start_at_default else None
+    start = default_point(first, first_dims) if req.start_at_default else None
     overrides = base_overrides(req, first, say)
     cfg = load_config(req.config, overrides)
     dims = search_space(cfg, req.only)
