@@ -76,8 +76,11 @@ class Grid(Strict):
 
 
 def load_grid(path: str | Path, trials: int | None = None, seeds: Sequence[int] | None = None,
-              methods: Sequence[str] | None = None, shared: Sequence[str] = ()) -> Grid:
-    """The grid file with the CLI's values (which win), checked: names, keys, seeds, configs."""
+              methods: Sequence[str] | None = None, shared: Sequence[str] = (),
+              scenes: Sequence[str] | None = None) -> Grid:
+    """The grid file with the CLI's values (which win), checked: names, keys, seeds, configs.
+    scenes: only these of the grid's scenes, in this order (a grid split over machines or sessions,
+    each part's bench.json joined after by `fedcore bench-record`)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"grid file '{p}' not found; pass a YAML with scenes, methods, trials and seeds")
@@ -85,6 +88,8 @@ def load_grid(path: str | Path, trials: int | None = None, seeds: Sequence[int] 
     if not isinstance(data, dict):
         raise ConfigError(f"grid file '{p}' must hold a mapping (scenes, methods, trials, seeds)")
     data.update({k: v for k, v in (("trials", trials), ("seeds", seeds), ("methods", methods)) if v is not None})
+    if scenes is not None:
+        data["scenes"] = only_scenes(data.get("scenes"), scenes, p)
     try:
         grid = Grid.model_validate(data)
     except ValidationError as err:
@@ -95,6 +100,20 @@ def load_grid(path: str | Path, trials: int | None = None, seeds: Sequence[int] 
         scene.config = str(resolve_config(scene.config, p.parent, name))
     check_grid(grid, shared)
     return grid
+
+
+def only_scenes(found: object, names: Sequence[str], path: Path) -> dict:
+    """The grid file's scenes named in `names`, in that order; an unknown name is refused by name."""
+    have = found if isinstance(found, dict) else {}
+    if not names:
+        raise ConfigError("--scenes names no scene; give one or more of the grid's, e.g. --scenes "
+                          f"{next(iter(have), 'NAME')}")
+    if unknown := [n for n in names if n not in have]:
+        raise ConfigError(f"grid '{path}' has no scene {', '.join(map(repr, unknown))}; its scenes: "
+                          f"{', '.join(have) or 'none'}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--scenes names a scene twice: {', '.join(names)}")
+    return {n: have[n] for n in names}
 
 
 def resolve_config(config: str, grid_dir: Path, scene: str) -> Path:

@@ -228,22 +228,29 @@ def figure_data(scenes: Mapping[str, Scene]) -> tuple[dict, dict, str]:
     return panels, refs, "/".join(sorted(metrics, key=lambda m: m != "acc")) or "acc"
 
 
+def read_bench(path: str | Path) -> tuple[Path, dict]:
+    """(the file, its content) of a bench.json given as the file or a bench OUT dir holding one."""
+    p = Path(path)
+    f = p / "bench.json" if p.is_dir() else p
+    try:
+        data = json.loads(f.read_text())
+        if not isinstance(data["scenes"], dict):
+            raise TypeError
+    except OSError:
+        raise ConfigError(f"no bench results at '{f}'; pass a `fedcore bench` OUT dir or its bench.json (a bench "
+                          "still running writes it at its end; `fedcore bench GRID --out OUT --so-far` "
+                          "writes one from the runs finished so far)") from None
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"'{f}' is not a bench.json (no scenes); pass what `fedcore bench` wrote") from None
+    return f, data
+
+
 def load_scenes(paths: Iterable[str | Path]) -> dict[str, dict]:
     """The scenes of one or more bench.json (a file, or a bench OUT dir holding one), in the order
     given; a scene named in two of them is refused (which one would the table show?)."""
     scenes: dict[str, dict] = {}
-    for p in map(Path, paths):
-        f = p / "bench.json" if p.is_dir() else p
-        try:
-            data = json.loads(f.read_text())
-            found = data["scenes"]
-        except OSError:
-            raise ConfigError(f"no bench results at '{f}'; pass a `fedcore bench` OUT dir or its bench.json (a bench "
-                              "still running writes it at its end; `fedcore bench GRID --out OUT --so-far` "
-                              "writes one from the runs finished so far)") from None
-        except (ValueError, KeyError, TypeError):
-            raise ConfigError(f"'{f}' is not a bench.json (no scenes); pass what `fedcore bench` wrote") from None
-        for name, scene in found.items():
+    for p in paths:
+        for name, scene in read_bench(p)[1]["scenes"].items():
             if name in scenes:
                 raise ConfigError(f"scene '{name}' is in two of the bench results given; pass each scene once")
             scenes[name] = scene

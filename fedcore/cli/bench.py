@@ -1,6 +1,7 @@
 """`fedcore bench GRID`: tune every method of every scene with the same budget, run the default
 and tuned settings on the reporting seeds, and pick a method per scene on validation.
-`fedcore bench-table OUT...`: the tables of docs/results/tuning.md from one or more bench results."""
+`fedcore bench-table OUT...`: the tables of docs/results/tuning.md from one or more bench results.
+`fedcore bench-record OUT... --out FILE`: one portable bench.json from a grid's parts."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ def bench(
                                               "otherwise)")] = None,
     methods: Annotated[str | None, typer.Option("--methods", help="methods, e.g. fedavg,fedgr-robust (the grid's "
                                                 "otherwise)")] = None,
+    scenes: Annotated[str | None, typer.Option("--scenes", help="only these scenes, e.g. fedrg_sym_localized (the "
+                                              "grid's otherwise): a grid in parts, joined by `fedcore "
+                                              "bench-record`")] = None,
     set_: SetOpt = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="tunes and runs at once, each in its own "
                                       "process on one thread")] = 1,
@@ -51,7 +55,8 @@ def bench(
         raise UserError("--dry-run prints what is left and --so-far writes what is done; ask for one")
     out = local_folder(out)
     cli_set = list(set_ or [])
-    g = load_grid(grid, trials=trials, seeds=int_list(seeds, "--seeds"), methods=str_list(methods), shared=cli_set)
+    g = load_grid(grid, trials=trials, seeds=int_list(seeds, "--seeds"), methods=str_list(methods), shared=cli_set,
+                  scenes=str_list(scenes))
     first, after = plan_grid(g, out, cli_set)
     all_jobs = [*first, *(j for js in after.values() for j in js)]
     refuse_stale(all_jobs)  # before a dry run too: it would count another grid's runs as done
@@ -168,3 +173,29 @@ def bench_table(
     else:
         text = summary_table(chosen) if summary else "\n\n".join(scene_table(n, s) for n, s in chosen.items())
     console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def bench_record(
+    results: Annotated[list[Path], typer.Argument(help="`fedcore bench` OUT dirs (or bench.json files, records "
+                                                  "included) of one grid's parts")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="the record to write, e.g. "
+                                      "docs/results/bench/NAME.json (may be one of the inputs)")],
+    scenes: Annotated[str | None, typer.Option("--scenes", help="only these scenes, in this order (every "
+                                               "finished scene given otherwise)")] = None,
+) -> None:
+    """Join the finished scenes of a grid run in parts (`fedcore bench GRID --scenes ...`) into one
+    bench.json with paths relative to a bench dir; `fedcore bench-table FILE` reads it. Refuses parts of
+    different grids, a scene given twice and a scene with work left."""
+    import json
+
+    from fedcore.bench.record import join_records
+    from fedcore.io import atomic_write_bytes
+
+    record, origin = join_records(results, str_list(scenes))
+    out = local_folder(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
+    for name, scene in record["scenes"].items():
+        console.print(f"{choice_line(name, scene)}  [from {origin[name]}]", markup=False, highlight=False,
+                      soft_wrap=True)
+    console.print(f"wrote {out} ({len(record['scenes'])} scenes)", markup=False, highlight=False)

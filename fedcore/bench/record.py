@@ -1,0 +1,84 @@
+"""A bench record: one portable bench.json joined from the parts of one grid.
+
+A grid too long for one machine or one sitting runs in parts, `fedcore bench GRID --scenes a
+--out A` here and `--scenes b --out B` elsewhere (or later). `fedcore bench-record A B --out FILE`
+joins their finished scenes into one bench.json whose run, sweep and report paths are relative to
+a bench dir (SCENE/ROW/SETTING/sSEED), as if one OUT had held them all: the form
+docs/results/bench/ keeps. A record is also a valid source, so a later part joins an earlier record.
+
+What it refuses, each in one line: parts of different grids (any grid key but the scenes: methods,
+trials, seeds, tuning seed, validation split, --set, start_at_default, variants), a scene in two
+parts, and a scene with work still to run (`fedcore bench --so-far`'s partial scenes): a record's
+scenes are finished, as a page's tables need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path, PurePath, PurePosixPath
+from typing import Any
+
+from fedcore.bench.tables import read_bench
+from fedcore.errors import ConfigError
+
+# Path field of a scene or row -> how many trailing parts lie under OUT (results.py's layout).
+ROW_PATH = ("run", 4)  # SCENE/ROW/SETTING/sSEED
+SCENE_PATHS = (("sweep", 2), ("report", 3))  # SCENE/tuned_sweep.yaml, SCENE/report/report.md
+
+
+def under_out(path: str | None, parts: int, scene: str, source: Path) -> str | None:
+    """`path` from the scene's folder on (OUT's prefix dropped), in POSIX form."""
+    if path is None:
+        return None
+    tail = PurePath(path).parts[-parts:]
+    if len(tail) < parts or tail[0] != scene:
+        raise ConfigError(f"'{source}': scene '{scene}' has path '{path}', not under OUT/{scene}/; pass a "
+                          "bench.json as `fedcore bench` wrote it")
+    return str(PurePosixPath(*tail))
+
+
+def portable(scene: dict[str, Any], name: str, source: Path) -> dict[str, Any]:
+    """The scene with every path relative to a bench dir."""
+    field, parts = ROW_PATH
+    rows = [{**r, field: under_out(r.get(field), parts, name, source)} for r in scene.get("rows", [])]
+    return {**scene, **{f: under_out(scene.get(f), n, name, source) for f, n in SCENE_PATHS}, "rows": rows}
+
+
+def grid_difference(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    return sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
+
+
+def join_records(sources: Sequence[str | Path], scenes: Sequence[str] | None = None
+                 ) -> tuple[dict[str, Any], dict[str, Path]]:
+    """(the joined bench.json, scene -> the file it came from). scenes: only these, in this order
+    (every scene of every source otherwise, in the order given)."""
+    if not sources:
+        raise ConfigError("give one or more `fedcore bench` OUT dirs (or bench.json files) to record")
+    grid: dict[str, Any] | None = None
+    first = Path()
+    found: dict[str, dict[str, Any]] = {}
+    origin: dict[str, Path] = {}
+    for src in sources:
+        f, data = read_bench(src)
+        if grid is None:
+            grid, first = data.get("grid") or {}, f
+        elif diff := grid_difference(grid, data.get("grid") or {}):
+            raise ConfigError(f"'{f}' ran another grid than '{first}' (its {', '.join(diff)} differ); a record joins "
+                              "the parts of one grid")
+        for name, scene in data["scenes"].items():
+            if scenes is not None and name not in scenes:
+                continue
+            if name in found:
+                raise ConfigError(f"scene '{name}' is in both '{origin[name]}' and '{f}'; keep one with --scenes")
+            if left := scene.get("still_to_run"):
+                raise ConfigError(f"scene '{name}' in '{f}' is partial ({left.get('tune_trials', 0)} tune trials and "
+                                  f"{left.get('runs', 0)} runs still to run): finish it with `fedcore bench`, "
+                                  "or leave it out with --scenes")
+            found[name], origin[name] = portable(scene, name, f), f
+    if scenes is not None and (missing := [n for n in scenes if n not in found]):
+        raise ConfigError(f"no scene {', '.join(map(repr, missing))} in the bench results given; they hold "
+                          f"{', '.join(found) or 'none of those asked for'}")
+    if not found:
+        raise ConfigError("the bench results given hold no scene to record")
+    order = list(scenes) if scenes is not None else list(found)
+    return {"grid": grid, "scenes": {n: found[n] for n in order}}, {n: origin[n] for n in order}
