@@ -16,7 +16,8 @@ The pruner stops a trial whose per-round val/acc falls below the median of earli
 same round, once a fifth of the run has passed after any stage whose scores predict nothing
 (`prune_warmup`). A trial that diverges counts as pruned (its setting is too aggressive), so a tune of N
 trials spends the same budget whatever diverges; a trial a killed tune left RUNNING is marked
-failed and does not count.
+failed and does not count. Each counted trial keeps the sampler's state after its draw, so a
+resumed or extended tune draws exactly the points the same tune run in one go would have drawn.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from fedcore.config import ExperimentConfig
 from fedcore.engine.callbacks import Callback
 from fedcore.errors import ConfigError, DivergedError, UserError
 from fedcore.io import atomic_write_bytes, run_dir_lock
+from fedcore.tuning.sampler import SAMPLER_STATE, new_sampler, resume_sampler, sampler_state
 from fedcore.tuning.space import Dim, as_overrides, default_point, search_space, suggest
 from fedcore.tuning.tracking import Parent
 
@@ -87,7 +89,7 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
         else optuna.pruners.NopPruner()
     study = optuna.create_study(
         study_name=STUDY, storage=f"sqlite:///{(out / 'study.db').resolve()}", direction="maximize",
-        sampler=_sampler(cfg.seed), pruner=pruner,
+        sampler=new_sampler(cfg.seed), pruner=pruner,
         load_if_exists=True)
     identity = {"config_hash": cfg.config_hash(), "space": [d.path for d in dims], "objective": objective}
     if start_at_default:  # only when set, so that tune dirs from before it keep comparing equal
@@ -107,24 +109,8 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
         # Only this process may hold the tune dir (run-dir lock), so a RUNNING trial is one a
         # killed tune left behind: it does not count, and its run dir stays as it was.
         study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-    if held := len(study.get_trials(deepcopy=False)):
-        # The sampler's generator starts from its seed in every process, so a resumed or extended tune
-        # drew its first trials' points again (a trial spent on a point already scored). Seeded past
-        # the trials the study holds, it draws new points; a tune run in one go is unchanged.
-        study.sampler = _sampler(resumed_seed(cfg.seed, held))
+    resume_sampler(study, cfg.seed)
     return study
-
-
-def _sampler(seed: int):
-    import optuna
-
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
-
-
-def resumed_seed(seed: int, held: int) -> int:
-    """The sampler's seed for a process that opens a study already holding `held` trials: one per
-    (seed, held); `seed` itself for a fresh study."""
-    return (seed * 1_000_003 + held) % 2**32 if held else seed
 
 
 def _identity_diff(stored: dict, stored_config: dict | None, identity: dict, config: dict) -> str:
@@ -224,6 +210,8 @@ def run_trials(req, overrides, dims, study, fed, metric, tracking, say) -> None:
         while done < req.trials:
             trial = study.ask()
             values = suggest(trial, dims)
+            if (state := sampler_state(study.sampler)) is not None:
+                trial.set_user_attr(SAMPLER_STATE, state)
             cfg = load_config(req.config, [*overrides, *as_overrides(values)])
             cfg = tracking.child_config(cfg, trial.number)
             run_dir = req.out / "trials" / f"{trial.number:04d}"

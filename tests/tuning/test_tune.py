@@ -99,6 +99,9 @@ def test_tune_writes_its_outputs_and_a_rerun_adds_only_the_missing_trials(tmp_pa
     cli.main(["tune", CONFIG, *_sets(), "--trials", "6", "--out", str(out), "--no-progress"])
     assert len(_trials(out)) == 6 and json.loads((out / "tune.json").read_text())["n_trials"] == 6
     _assert_new_points(out)  # the second process did not draw the first one's points again
+    one_go = tmp_path / "one-go"  # and it drew the points a tune of 6 run in one go draws
+    cli.main(["tune", CONFIG, *_sets(), "--trials", "6", "--out", str(one_go), "--no-progress"])
+    assert _points(out) == _points(one_go)
     assert sorted(p.name for p in (out / "trials").iterdir()) == [f"{i:04d}" for i in range(6)]
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:  # another config in the same tune dir
@@ -129,6 +132,18 @@ def test_a_tune_killed_mid_trial_resumes_to_the_requested_count(tmp_path):
     assert states.count(optuna.trial.TrialState.COMPLETE) == 3 and states[1] == optuna.trial.TrialState.FAIL
     assert json.loads((out / "tune.json").read_text())["n_trials"] == 3
     _assert_new_points(out)
+    one_go = tmp_path / "one-go"  # the killed trial was drawn again: the same points as a tune never killed
+    subprocess.run([*argv[:argv.index("--out") + 1], str(one_go), "--no-progress", "--no-prune"], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert _points(out) == _points(one_go)
+
+
+def _points(out) -> list[dict]:
+    """The counted trials' points, in order."""
+    import optuna
+
+    return [t.params for t in _trials(out)
+            if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
 
 
 def _assert_new_points(out):
@@ -141,8 +156,43 @@ def _assert_new_points(out):
     assert len({tuple(sorted(p.items())) for p in done}) == len(done), done
 
 
-def test_a_resumed_sampler_is_seeded_past_the_trials_it_holds():
-    from fedcore.tuning.study import resumed_seed
+def test_a_restored_sampler_draws_what_the_uninterrupted_one_draws_next():
+    import optuna
+
+    from fedcore.tuning.sampler import new_sampler, restore_sampler_state, sampler_state
+
+    def objective(t):
+        return t.suggest_float("x", 0, 1) + t.suggest_float("y", 1e-3, 1, log=True)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=new_sampler(5))
+    study.optimize(objective, n_trials=3)  # inside the random startup trials
+    state = sampler_state(study.sampler)
+    study.optimize(objective, n_trials=5)  # across into TPE's own draws
+    resumed = optuna.create_study(sampler=new_sampler(5))
+    for t in study.trials[:3]:
+        resumed.add_trial(t)
+    assert restore_sampler_state(resumed.sampler, json.loads(json.dumps(state)))  # it survives Optuna's JSON
+    resumed.optimize(objective, n_trials=5)
+    assert [t.params for t in resumed.trials[3:]] == [t.params for t in study.trials[3:]]
+    fresh = optuna.create_study(sampler=new_sampler(5))
+    for t in study.trials[:3]:
+        fresh.add_trial(t)
+    fresh.optimize(objective, n_trials=1)  # without the state: the seed's first point again
+    assert fresh.trials[3].params == study.trials[0].params
+
+
+def test_a_study_without_sampler_states_resumes_seeded_past_its_trials():
+    import optuna
+
+    from fedcore.tuning.sampler import new_sampler, resume_sampler, resumed_seed
+
+    study = optuna.create_study(sampler=new_sampler(100))
+    study.add_trial(optuna.trial.create_trial(params={"x": 0.5}, distributions={
+        "x": optuna.distributions.FloatDistribution(0, 1)}, value=1.0))  # a trial from before states were kept
+    resume_sampler(study, 100)
+    expected = new_sampler(resumed_seed(100, 1))
+    assert (study.sampler._rng.rng.get_state()[1] == expected._rng.rng.get_state()[1]).all()
 
     assert resumed_seed(100, 0) == 100  # a fresh study: the tune's seed, so a tune run in one go is unchanged
     for seed in (0, 1, 100):
