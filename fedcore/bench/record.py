@@ -8,7 +8,8 @@ docs/results/bench/ keeps. A record is also a valid source, so a later part join
 
 What it refuses, each in one line: parts of different grids (any grid key but the scenes: methods,
 trials, seeds, tuning seed, validation split, --set, start_at_default, variants), a scene in two
-parts, and a scene with work still to run (`fedcore bench --so-far`'s partial scenes): a record's
+parts with different results (the same results twice, a record and the OUT it came from, are one
+scene), and a scene with work still to run (`fedcore bench --so-far`'s partial scenes): a record's
 scenes are finished, as a page's tables need.
 """
 
@@ -68,13 +69,17 @@ def join_records(sources: Sequence[str | Path], scenes: Sequence[str] | None = N
         for name, scene in data["scenes"].items():
             if scenes is not None and name not in scenes:
                 continue
-            if name in found:
-                raise ConfigError(f"scene '{name}' is in both '{origin[name]}' and '{f}'; keep one with --scenes")
             if left := scene.get("still_to_run"):
                 raise ConfigError(f"scene '{name}' in '{f}' is partial ({left.get('tune_trials', 0)} tune trials and "
                                   f"{left.get('runs', 0)} runs still to run): finish it with `fedcore bench`, "
                                   "or leave it out with --scenes")
-            found[name], origin[name] = portable(scene, name, f), f
+            scene = portable(scene, name, f)
+            if name in found:
+                if scene == found[name]:  # the same results twice: a record and the OUT it was taken from
+                    continue
+                raise ConfigError(f"scene '{name}' is in both '{origin[name]}' and '{f}', with different results; "
+                                  "keep one with --scenes")
+            found[name], origin[name] = scene, f
     if scenes is not None and (missing := [n for n in scenes if n not in found]):
         raise ConfigError(f"no scene {', '.join(map(repr, missing))} in the bench results given; they hold "
                           f"{', '.join(found) or 'none of those asked for'}")

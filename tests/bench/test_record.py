@@ -92,6 +92,10 @@ def test_a_record_joins_a_later_part_and_can_be_rewritten_in_place(parts, tmp_pa
     both = tmp_path / "both.json"
     cli.main(["bench-record", str(low), str(high), "--out", str(both)])
     assert rec.read_text() == both.read_text()
+    # The OUT a record was taken from holds the recorded scene too: the same results twice are one scene.
+    cli.main(["bench-record", str(low), "--out", str(rec)])
+    cli.main(["bench-record", str(rec), str(low), str(high), "--out", str(rec)])
+    assert rec.read_text() == both.read_text()
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda p: p.name)
@@ -100,10 +104,13 @@ def test_the_shipped_records_are_what_bench_record_writes_from_them(record):
     assert joined == json.loads(record.read_text())
 
 
-def test_parts_of_another_grid_a_scene_twice_and_a_partial_scene_are_refused(parts, tmp_path, capsys):
+def test_another_grid_a_scene_twice_with_other_results_and_a_partial_scene_are_refused(parts, tmp_path, capsys):
     grid, low, high = parts
-    with pytest.raises(ConfigError, match="scene 'low' is in both"):
-        join_records([low, low])
+    changed = json.loads((low / "bench.json").read_text())
+    changed["scenes"]["low"]["rows"][0]["acc_last10"] += 0.01  # the scene again, with other results
+    (tmp_path / "changed.json").write_text(json.dumps(changed))
+    with pytest.raises(ConfigError, match="scene 'low' is in both .* with different results"):
+        join_records([low, tmp_path / "changed.json"])
     other = tmp_path / "other"
     cli.main(["bench", str(grid), "--scenes", "high", "--trials", "2", "--out", str(other), "--no-progress"])
     with pytest.raises(ConfigError, match=r"ran another grid .*\(its trials differ\)"):
