@@ -25,7 +25,7 @@ RECORDS_DIR = ROOT / "docs/results/bench"
 # record -> its scenes; (record, scene) -> the shipped sweep of that scene's tuned settings
 RECORDS = {"quickstart": ["quickstart"], "digits_pairflip20": ["digits-pairflip20"],
            "fmnist_fedsir_09": ["fedsir_09"], "fmnist_fedharmony_scenes": ["fedharmony_scenes"],
-           "fmnist_fedgr": ["fedgr_sym", "fedgr_mixed"], "fmnist_fedrg": ["fedrg_sym_localized"]}
+           "fmnist_fedgr": ["fedgr_sym", "fedgr_mixed"], "fmnist_fedrg": ["fedrg_sym_localized", "fedrg_pair_localized"]}
 # Grids that run in parts (`fedcore bench --scenes`, joined by `fedcore bench-record`; docs/bench.md):
 # their record holds the scenes finished so far, and the pages say which are still to run.
 IN_PARTS = {"fmnist_fedrg"}
@@ -34,7 +34,8 @@ SHIPPED = {("quickstart", "quickstart"): "configs/sweeps/quickstart_tuned.yaml",
            ("fmnist_fedharmony_scenes", "fedharmony_scenes"): "configs/sweeps/fmnist_fedharmony_scenes_tuned.yaml",
            ("fmnist_fedgr", "fedgr_sym"): "configs/sweeps/fmnist_fedgr_sym_tuned.yaml",
            ("fmnist_fedgr", "fedgr_mixed"): "configs/sweeps/fmnist_fedgr_mixed_tuned.yaml",
-           ("fmnist_fedrg", "fedrg_sym_localized"): "configs/sweeps/fmnist_fedrg_sym_localized_tuned.yaml"}
+           ("fmnist_fedrg", "fedrg_sym_localized"): "configs/sweeps/fmnist_fedrg_sym_localized_tuned.yaml",
+           ("fmnist_fedrg", "fedrg_pair_localized"): "configs/sweeps/fmnist_fedrg_pair_localized_tuned.yaml"}
 SCENES = [(r, s) for r, scenes in sorted(RECORDS.items()) for s in scenes]
 
 
