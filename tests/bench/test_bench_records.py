@@ -25,7 +25,8 @@ RECORDS_DIR = ROOT / "docs/results/bench"
 # record -> its scenes; (record, scene) -> the shipped sweep of that scene's tuned settings
 RECORDS = {"quickstart": ["quickstart"], "digits_pairflip20": ["digits-pairflip20"],
            "fmnist_fedsir_09": ["fedsir_09"], "fmnist_fedharmony_scenes": ["fedharmony_scenes"],
-           "fmnist_fedgr": ["fedgr_sym", "fedgr_mixed"], "fmnist_fedrg": ["fedrg_sym_localized", "fedrg_pair_localized"]}
+           "fmnist_fedgr": ["fedgr_sym", "fedgr_mixed"],
+           "fmnist_fedrg": ["fedrg_sym_localized", "fedrg_pair_localized"]}
 # Grids that run in parts (`fedcore bench --scenes`, joined by `fedcore bench-record`; docs/bench.md):
 # their record holds the scenes finished so far, and the pages say which are still to run.
 IN_PARTS = {"fmnist_fedrg"}
