@@ -26,7 +26,7 @@ RECORDS_DIR = ROOT / "docs/results/bench"
 RECORDS = {"quickstart": ["quickstart"], "digits_pairflip20": ["digits-pairflip20"],
            "fmnist_fedsir_09": ["fedsir_09"], "fmnist_fedharmony_scenes": ["fedharmony_scenes"],
            "fmnist_fedgr": ["fedgr_sym", "fedgr_mixed"],
-           "fmnist_fedrg": ["fedrg_sym_localized", "fedrg_pair_localized"]}
+           "fmnist_fedrg": ["fedrg_sym_localized", "fedrg_pair_localized", "fedrg_sym_globalized"]}
 # Grids that run in parts (`fedcore bench --scenes`, joined by `fedcore bench-record`; docs/bench.md):
 # their record holds the scenes finished so far, and the pages say which are still to run.
 IN_PARTS = {"fmnist_fedrg"}
@@ -36,7 +36,8 @@ SHIPPED = {("quickstart", "quickstart"): "configs/sweeps/quickstart_tuned.yaml",
            ("fmnist_fedgr", "fedgr_sym"): "configs/sweeps/fmnist_fedgr_sym_tuned.yaml",
            ("fmnist_fedgr", "fedgr_mixed"): "configs/sweeps/fmnist_fedgr_mixed_tuned.yaml",
            ("fmnist_fedrg", "fedrg_sym_localized"): "configs/sweeps/fmnist_fedrg_sym_localized_tuned.yaml",
-           ("fmnist_fedrg", "fedrg_pair_localized"): "configs/sweeps/fmnist_fedrg_pair_localized_tuned.yaml"}
+           ("fmnist_fedrg", "fedrg_pair_localized"): "configs/sweeps/fmnist_fedrg_pair_localized_tuned.yaml",
+           ("fmnist_fedrg", "fedrg_sym_globalized"): "configs/sweeps/fmnist_fedrg_sym_globalized_tuned.yaml"}
 SCENES = [(r, s) for r, scenes in sorted(RECORDS.items()) for s in scenes]
 
 
