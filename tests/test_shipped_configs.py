@@ -1,5 +1,5 @@
 """Every shipped config validates, and every shipped sweep plans on the quickstart (the tuned
-presets under configs/fmnist/tuned/ and configs/sweeps/*.yaml included)."""
+sweeps, configs/sweeps/*_tuned.yaml, included)."""
 
 from __future__ import annotations
 

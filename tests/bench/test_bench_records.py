@@ -26,10 +26,8 @@ RECORDS_DIR = ROOT / "docs/results/bench"
 RECORDS = {"quickstart": ["quickstart"], "digits_pairflip20": ["digits-pairflip20"],
            "fmnist_fedsir_09": ["fedsir_09"], "fmnist_fedharmony_scenes": ["fedharmony_scenes"],
            "fmnist_fedgr": ["fedgr_sym", "fedgr_mixed"],
-           "fmnist_fedrg": ["fedrg_sym_localized", "fedrg_pair_localized", "fedrg_sym_globalized"]}
-# Grids that run in parts (`fedcore bench --scenes`, joined by `fedcore bench-record`; docs/bench.md):
-# their record holds the scenes finished so far, and the pages say which are still to run.
-IN_PARTS = {"fmnist_fedrg"}
+           "fmnist_fedrg": ["fedrg_sym_localized", "fedrg_pair_localized", "fedrg_sym_globalized",
+                            "fedrg_pair_globalized"]}
 SHIPPED = {("quickstart", "quickstart"): "configs/sweeps/quickstart_tuned.yaml",
            ("fmnist_fedsir_09", "fedsir_09"): "configs/sweeps/fmnist_fedsir_09_tuned.yaml",
            ("fmnist_fedharmony_scenes", "fedharmony_scenes"): "configs/sweeps/fmnist_fedharmony_scenes_tuned.yaml",
@@ -37,7 +35,8 @@ SHIPPED = {("quickstart", "quickstart"): "configs/sweeps/quickstart_tuned.yaml",
            ("fmnist_fedgr", "fedgr_mixed"): "configs/sweeps/fmnist_fedgr_mixed_tuned.yaml",
            ("fmnist_fedrg", "fedrg_sym_localized"): "configs/sweeps/fmnist_fedrg_sym_localized_tuned.yaml",
            ("fmnist_fedrg", "fedrg_pair_localized"): "configs/sweeps/fmnist_fedrg_pair_localized_tuned.yaml",
-           ("fmnist_fedrg", "fedrg_sym_globalized"): "configs/sweeps/fmnist_fedrg_sym_globalized_tuned.yaml"}
+           ("fmnist_fedrg", "fedrg_sym_globalized"): "configs/sweeps/fmnist_fedrg_sym_globalized_tuned.yaml",
+           ("fmnist_fedrg", "fedrg_pair_globalized"): "configs/sweeps/fmnist_fedrg_pair_globalized_tuned.yaml"}
 SCENES = [(r, s) for r, scenes in sorted(RECORDS.items()) for s in scenes]
 
 
@@ -49,11 +48,7 @@ def _record(name: str) -> dict:
 def test_the_record_was_run_from_the_shipped_grid(name):
     bench = _record(name)
     grid = load_grid(ROOT / f"experiments/grids/{name}.yaml")
-    assert sorted(bench["scenes"]) == sorted(RECORDS[name])
-    if name in IN_PARTS:
-        assert set(bench["scenes"]) < set(grid.scenes)
-    else:
-        assert sorted(bench["scenes"]) == sorted(grid.scenes)
+    assert sorted(bench["scenes"]) == sorted(RECORDS[name]) == sorted(grid.scenes)
     assert bench["grid"]["methods"] == list(grid.methods)
     assert (bench["grid"]["trials"], bench["grid"]["tuning_seed"]) == (grid.trials, grid.tuning_seed)
     assert bench["grid"]["seeds"] == list(grid.seeds)
