@@ -23,10 +23,12 @@ ENV PATH=/opt/venv/bin:$PATH \
 # Every dependency, torch's multi-GB wheels included, from the hashed lock (`make lock`): pip
 # refuses any file whose sha256 differs and any package the lock does not pin. Its own layer,
 # before the source, so code edits reuse it from the build cache.
-# docker/build-ca.pem: the CA bundle the build host's pip trusts (`make image` copies it; empty when
-# pip needs none), for networks that re-sign TLS. Only this stage sees it; the runtime stage does not.
-COPY docker/requirements.lock docker/build-ca.pem /tmp/
-RUN if [ -s /tmp/build-ca.pem ]; then export PIP_CERT=/tmp/build-ca.pem; fi \
+# docker/build-ca/: a tracked folder, so a plain `docker build .` from a fresh clone works. `make image`
+# writes the CA bundle the build host's pip trusts into it as ca.pem (git-ignored), for networks that
+# re-sign TLS; without ca.pem pip uses its own. Only this stage sees it; the runtime stage does not.
+COPY docker/requirements.lock /tmp/
+COPY docker/build-ca/ /tmp/build-ca/
+RUN if [ -s /tmp/build-ca/ca.pem ]; then export PIP_CERT=/tmp/build-ca/ca.pem; fi \
  && pip install --require-hashes --no-deps -r /tmp/requirements.lock && rm /tmp/requirements.lock
 
 # ---- wheel: fedcore itself, built with the lock's setuptools ------------------------------

@@ -30,8 +30,10 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-COPY docker/stack-requirements.lock docker/build-ca.pem /tmp/
-RUN if [ -s /tmp/build-ca.pem ]; then export PIP_CERT=/tmp/build-ca.pem; fi \
+# docker/build-ca/ca.pem: the build host's CA bundle, when scripts/stack.sh finds one (as in ./Dockerfile).
+COPY docker/stack-requirements.lock /tmp/
+COPY docker/build-ca/ /tmp/build-ca/
+RUN if [ -s /tmp/build-ca/ca.pem ]; then export PIP_CERT=/tmp/build-ca/ca.pem; fi \
  && pip install --require-hashes --no-deps -r /tmp/stack-requirements.lock && pip check
 
 # ---- tracking: `mlflow server` (basic-auth, Postgres, S3 artifacts) and `moto_server` (S3) --

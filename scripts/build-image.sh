@@ -26,11 +26,15 @@ case "$BASE" in
     fi ;;
   local) BASE="$(bash scripts/debian-base.sh)" ;;
 esac
-# The CA bundle this machine's pip trusts, for the build's pip (networks that re-sign TLS); empty: pip's own.
+# The CA bundle this machine's pip trusts, for the build's pip (networks that re-sign TLS); none: pip's own.
+# It goes into the tracked folder docker/build-ca/ as ca.pem, an optional build input (docker/build-ca/README.md).
 CA="${PIP_CERT:-$(python3 -m pip config get global.cert 2>/dev/null || true)}"
 CA="${CA:-${REQUESTS_CA_BUNDLE:-${SSL_CERT_FILE:-}}}"
-if [ -n "$CA" ] && [ -s "$CA" ]; then cp "$CA" docker/build-ca.pem.tmp; else : > docker/build-ca.pem.tmp; fi
-mv docker/build-ca.pem.tmp docker/build-ca.pem
+if [ -n "$CA" ] && [ -s "$CA" ]; then
+  cp "$CA" docker/build-ca/ca.pem.tmp && mv docker/build-ca/ca.pem.tmp docker/build-ca/ca.pem
+else
+  rm -f docker/build-ca/ca.pem
+fi
 COMMIT="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 echo "building $IMAGE on $BASE (first build: downloads torch's CUDA wheels, several GB)" >&2
 docker build --build-arg BASE="$BASE" --build-arg GIT_COMMIT="$COMMIT" -t "$IMAGE" . >&2

@@ -54,7 +54,6 @@ images() {
     if ! docker image inspect "$base" >/dev/null 2>&1 && ! docker pull -q "$base" >/dev/null 2>&1; then
       base="$(bash scripts/debian-base.sh)"
     fi
-    [ -f docker/build-ca.pem ] || : > docker/build-ca.pem
     echo "building $PG_IMAGE and $TRACKING_IMAGE on $base" >&2
     docker build -q -f docker/stack.Dockerfile --build-arg BASE="$base" --target postgres -t "$PG_IMAGE" . >/dev/null
     docker build -q -f docker/stack.Dockerfile --build-arg BASE="$base" --target tracking -t "$TRACKING_IMAGE" . >/dev/null
