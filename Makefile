@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test install lint pytest test-containers clean lock bench-peers image stack-up stack-down
 
-# pytest-xdist workers for make test: one per core (auto). JOBS=0 runs in one process (for -x or pdb).
+# pytest-xdist workers for make test: one per core (auto), a test module per worker at a time (tests/conftest.py).
+# JOBS=0 runs in one process (for -x or pdb).
 JOBS ?= auto
 # Extra pytest arguments, e.g. PYTEST_ARGS="tests/engine -k resume".
 PYTEST_ARGS ?=
@@ -30,14 +31,14 @@ lint: $(STAMP)
 pytest: $(STAMP)
 	PYTHON=$(PY) bash scripts/ensure-kubectl.sh
 	bash scripts/ensure-datasets.sh
-	$(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
 
 test: lint pytest
 
 # The container tests alone (the image built by make image, pipeline tasks as hardened containers, the
 # tracking stack): .ci/run's second step, after `make test` has run everything else without Docker.
 test-containers: $(STAMP)
-	FEDCORE_REQUIRE_DOCKER=1 $(PY) -m pytest -n $(JOBS) tests/container $(PYTEST_ARGS)
+	FEDCORE_REQUIRE_DOCKER=1 $(PY) -m pytest -n $(JOBS) --dist loadfile tests/container $(PYTEST_ARGS)
 
 # The image's hashed lock (docker/requirements.lock) after a change to pyproject.toml's dependencies.
 # Needs uv (UV=/path/to/uv or on PATH) and PyPI; tests/deploy/test_lock.py says when it is due.

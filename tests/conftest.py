@@ -18,6 +18,24 @@ pytest_plugins = [
 ]
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which `make test` runs on
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the container tests as one file: they share the image build and the stack's
+    fixed ports. A test module stays on one worker, so its module fixtures (a bench pipeline, a folded
+    sweep) are built once. (xdist's own loadgroup marks cannot do this under pytest 9.2, which no longer
+    lets xdist rename a test's node id.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # only where xdist runs the session
+
+    class ContainerTestsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return "tests/container" if module.startswith("tests/container/") else module
+
+    return ContainerTestsTogether(config, log)
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     """Every test starts on one intra-op thread, whatever an earlier test (e.g. a run with
