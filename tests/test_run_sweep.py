@@ -101,3 +101,15 @@ def test_a_switch_leaves_the_presets_stage_budgets_behind():
     assert [(s.name, s.rounds) for s in build_method(fedavg).stages] == [("train", 10)]
     # The config's own method keeps them.
     assert method_overrides(base, "fedgr") == []
+
+
+def test_a_row_the_sweep_file_lacks_is_refused_naming_its_rows(tmp_path, capsys):
+    """--method fedsir with a file of fedavg, fedgr-robust and fedprox rows trained FedSIR at the config's
+    own settings and exited 0: a row the file does not hold is a mistake, not a default."""
+    (tmp_path / "tuned.yaml").write_text(SWEEP)
+    with pytest.raises(SystemExit) as exit_info:
+        _run(tmp_path, "--sweep", str(tmp_path / "tuned.yaml"), "--method", "fedsir")
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in err
+    assert "no row 'fedsir'" in err and "fedavg, fedgr-robust, fedprox" in err
+    assert not (tmp_path / "run").exists()

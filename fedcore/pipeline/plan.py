@@ -232,6 +232,10 @@ def selected_overrides(spec: SweepSpec, base: ExperimentConfig, where: str = "th
     if not row:
         raise ConfigError(f"{where} has no selected method (fedcore bench writes `selected: METHOD`); "
                           f"pass --method with one of: {', '.join(spec.method_overrides) or 'a registered method'}")
+    # A file of rows names what it tuned: a row it lacks would train at the config's own settings,
+    # which no one asked for. Without rows (a retrain with --method alone) the method's defaults are meant.
+    if spec.method_overrides and row not in spec.method_overrides:
+        raise ConfigError(f"{where} has no row '{row}'; its rows: {', '.join(spec.method_overrides)}")
     method = row_method(spec, row)
     own = spec.method_overrides.get(row, [])
     check_own_overrides(row, own)
