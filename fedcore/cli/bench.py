@@ -46,7 +46,7 @@ def bench(
     from fedcore.bench.grid import load_grid
     from fedcore.bench.plan import data_jobs, grid_todo, plan_grid, scene_left
     from fedcore.bench.results import write_results
-    from fedcore.bench.runner import prepare_data, run_jobs
+    from fedcore.bench.runner import check_data, prepare_data, run_jobs
     from fedcore.bench.stale import refuse_stale
     from fedcore.errors import UserError
     from fedcore.reporting.progress import grid_progress
@@ -60,6 +60,8 @@ def bench(
     first, after = plan_grid(g, out, cli_set)
     all_jobs = [*first, *(j for js in after.values() for j in js)]
     refuse_stale(all_jobs)  # before a dry run too: it would count another grid's runs as done
+    if not so_far:  # what preparing the data would refuse, refused before anything is written (a dry run too)
+        check_data(data_jobs(g, out, cli_set))
     if dry_run:
         print_todo(all_jobs, jobs, out)
         return
