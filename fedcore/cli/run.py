@@ -57,19 +57,11 @@ def run(
     from fedcore.errors import UserError
     from fedcore.io import run_dir_lock
     from fedcore.models import resolve_device
-    from fedcore.registries import load_config
     from fedcore.reporting.compare import comparison_table, load_run
     from fedcore.run import run_experiment
 
     out, resume = local_folder(out), local_folder(resume, "--resume")
-    chosen, spec = row_overrides(config, set_, sweep, method)
-    set_ = [*chosen, *(set_ or [])]  # --set wins; ranks get the whole list
-    cfg = load_config(config, set_)
-    if sweep is not None:
-        check_scene(cfg, spec, sweep, config)
-        if int(os.environ.get("RANK", "0")) == 0:  # one line per run, not per rank
-            console.print(sweep_line(spec, sweep, config, method, chosen), markup=False, highlight=False,
-                          soft_wrap=True)
+    set_, cfg = run_config(config, set_, sweep, method)
     out = out or resume_run_dir(resume) or Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out '{out}' is a file; pass a folder for the run")
@@ -98,6 +90,24 @@ def run(
         if katib_metrics:
             for line in katib_lines(result.summary):
                 print(line, flush=True)
+
+
+def run_config(config: Path, set_: list[str] | None, sweep: Path | None, method: str | None) -> tuple[list[str], Any]:
+    """(every override, the config): --sweep's scene and row, then --set (which wins; ranks get the
+    whole list). With --sweep, the federation is checked and one line says what was applied."""
+    import os
+
+    from fedcore.registries import load_config
+
+    chosen, spec = row_overrides(config, set_, sweep, method)
+    overrides = [*chosen, *(set_ or [])]
+    cfg = load_config(config, overrides)
+    if sweep is not None:
+        check_scene(cfg, spec, sweep, config)
+        if int(os.environ.get("RANK", "0")) == 0:  # one line per run, not per rank
+            console.print(sweep_line(spec, sweep, config, method, chosen), markup=False, highlight=False,
+                          soft_wrap=True)
+    return overrides, cfg
 
 
 def row_overrides(config: Path, set_: list[str] | None, sweep: Path | None, method: str | None) -> tuple[list, Any]:
