@@ -140,8 +140,8 @@ def check_scene(cfg, spec, sweep: Path, config: Path) -> None:
         return
     raise UserError(f"'{config}' (with the scene's set and --set) is another federation than scene "
                     f"'{spec.scene.name}', which sweep file '{sweep}' was tuned and chosen on ({diff}); train on "
-                    f"the scene's config ({spec.scene.config or 'see the file'}), or delete the file's `scene:` "
-                    "to train its values on this federation")
+                    f"the scene's config ({spec.scene.config or 'see the file'}) with no --set of data, partition "
+                    "or noise, or delete the file's `scene:` to train its values on this federation")
 
 
 def sweep_line(spec, sweep: Path, config: Path, method: str | None, applied: list[str]) -> str:
