@@ -101,3 +101,62 @@ def test_a_switch_leaves_the_presets_stage_budgets_behind():
     assert [(s.name, s.rounds) for s in build_method(fedavg).stages] == [("train", 10)]
     # The config's own method keeps them.
     assert method_overrides(base, "fedgr") == []
+
+
+def test_a_row_the_sweep_file_lacks_is_refused_naming_its_rows(tmp_path, capsys):
+    """--method fedsir with a file of fedavg, fedgr-robust and fedprox rows trained FedSIR at the config's
+    own settings and exited 0: a row the file does not hold is a mistake, not a default."""
+    (tmp_path / "tuned.yaml").write_text(SWEEP)
+    with pytest.raises(SystemExit) as exit_info:
+        _run(tmp_path, "--sweep", str(tmp_path / "tuned.yaml"), "--method", "fedsir")
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in err
+    assert "no row 'fedsir'" in err and "fedavg, fedgr-robust, fedprox" in err
+    assert not (tmp_path / "run").exists()
+
+
+def _scene_sweep(tmp_path, **head) -> str:
+    """SWEEP with the scene it was tuned on: four pairflip clients of the quickstart's digits."""
+    from fedcore.bench.sweepfile import SweepScene, federation
+
+    scene_set = ["data.max_train=300", "partition.num_clients=4", "noise.type=pairflip",
+                 "data.validation.fraction=0.1"]
+    scene = SweepScene(name="mine", config=CONFIG, set=scene_set,
+                       federation=federation(load_config(CONFIG, scene_set)))
+    path = tmp_path / "tuned.yaml"
+    path.write_text(yaml.safe_dump({"scene": scene.model_dump(), **head}) + SWEEP)
+    return str(path)
+
+
+def test_a_run_of_the_sweep_trains_on_its_scene_and_says_what_it_applied(tmp_path, capsys):
+    """The bench's pick trained on the base config's scene: the grid scene's set was in neither file."""
+    cfg = _run(tmp_path, "--sweep", _scene_sweep(tmp_path))
+    assert (cfg["partition"]["num_clients"], cfg["noise"]["type"]) == (4, "pairflip")
+    assert cfg["data"]["validation"]["fraction"] == 0.1 and cfg["method"]["params"]["profile"] == "robust"
+    assert cfg["train"]["lr"] == 0.03 and cfg["train"]["rounds"] == 1  # the row's value; --set still wins
+    out = " ".join(capsys.readouterr().out.split())
+    assert "training row 'fedgr-robust' at its tuned setting (the bench's choice) on scene 'mine'" in out
+    assert "noise.type=pairflip" in out and "train.lr=0.03" in out
+
+
+def test_a_base_config_of_another_federation_is_refused_in_one_line(tmp_path, capsys):
+    base = yaml.safe_load(open(CONFIG).read())
+    base["partition"]["alpha"] = 5.0
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", str(tmp_path / "base.yaml"), "--out", str(tmp_path / "run"), "--no-progress",
+                  "--sweep", _scene_sweep(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in err
+    assert "another federation than scene 'mine'" in err and "partition.alpha: 5.0 (this run)" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_default_choice_trains_the_row_at_its_own_params(tmp_path, capsys):
+    sweep = _scene_sweep(tmp_path, selected_setting="default",
+                         default_overrides={"fedgr-robust": ["method.params.profile=robust"]})
+    cfg = _run(tmp_path, "--sweep", sweep)
+    own = load_config(CONFIG, ["method.name=fedgr", "method.params={}", "train.stage_rounds={}"])
+    assert cfg["method"]["name"] == "fedgr" and cfg["method"]["params"]["profile"] == "robust"
+    assert cfg["train"]["lr"] == own.train.lr != 0.03  # not the tuned value
+    assert "training row 'fedgr-robust' at its default setting" in " ".join(capsys.readouterr().out.split())

@@ -7,7 +7,7 @@
     tuning_seed: 100
     seeds: [0, 1, 2]
     validation_fraction: 0.1
-    start_at_default: false      # true: each tune's first trial is the row's own setting
+    start_at_default: true       # (the default) each tune's first trial is the row's own setting
 
 Methods are registered method names or named variants: a method with fixed params (VARIANTS,
 plus the grid's own `variants:`), tuned like any other row. Every method of a scene must train
@@ -63,9 +63,9 @@ class Grid(Strict):
     methods: list[str] = Field(min_length=1)
     variants: dict[str, Variant] = Field(default_factory=dict)
     trials: int = Field(8, ge=1, description="finished `fedcore tune` trials per (scene, method)")
-    start_at_default: bool = Field(False, description="each tune's first trial is the row's own setting (`fedcore "
+    start_at_default: bool = Field(True, description="each tune's first trial is the row's own setting (`fedcore "
                                    "tune --start-at-default`): a tuned row can only differ from its default by "
-                                   "beating it on the tuning seed's validation")
+                                   "beating it on the tuning seed's validation; false for a random first trial")
     tuning_seed: int = Field(100, ge=0, description="the seed tunes run on; no table reports it")
     seeds: list[int] = Field(min_length=1, description="reporting seeds")
     validation_fraction: float = Field(0.1, gt=0.0, lt=1.0, description="each client's held-out noisy split")

@@ -1,7 +1,8 @@
 """What a bench grid leaves behind: bench.json, a tuned sweep file and a report per scene.
 
-    OUT/bench.json                  scenes.<name>: choice, runner_up, margin, means, rows, tuned
-    OUT/SCENE/tuned_sweep.yaml      the scene's tuned settings (sweepfile.py's format)
+    OUT/bench.json                  scenes.<name>: choice and choice_setting, runner_up, margin, means, set,
+                                    seed_keys, rows, tuned
+    OUT/SCENE/tuned_sweep.yaml      the scene's tuned settings, its choice and federation (sweepfile.py's format)
     OUT/SCENE/report/report.md      `fedcore report` over the scene's runs
     OUT/SCENE/table.md              the scene's table in docs/results/tuning.md's format (tables.py)
 
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.bench.choice import choose
-from fedcore.bench.grid import Grid
-from fedcore.bench.plan import SETTINGS, diverged_marker
-from fedcore.bench.sweepfile import read_tunes, sweep_text, write_if_changed
+from fedcore.bench.grid import Grid, keys_under
+from fedcore.bench.plan import SETTINGS, diverged_marker, shared_overrides
+from fedcore.bench.sweepfile import SweepScene, federation, read_tunes, sweep_text, write_if_changed
+from fedcore.registries import load_config
 
 # Row field -> the metrics.json summary key, {m} the scene's metric (acc, or mAP).
 FIELDS = {"val_acc_last10": "final/val_{m}_last10", "acc_last10": "final/{m}_last10",
@@ -82,22 +84,45 @@ def tuned_params(grid: Grid, out: Path, scene: str) -> dict[str, dict[str, Any]]
             for row in grid.methods if row in tunes}
 
 
-def scene_result(grid: Grid, out: Path, scene: str) -> dict[str, Any]:
+def scene_result(grid: Grid, out: Path, scene: str, cli_set: list[str] | None = None) -> dict[str, Any]:
     rows, metric = scene_rows(grid, out, scene)
     return {**choose(rows, grid.seeds), "metric": metric, "config": grid.scenes[scene].config,
-            "tuned": tuned_params(grid, out, scene), "rows": rows}
+            **scene_overrides(grid, scene, cli_set or []), "tuned": tuned_params(grid, out, scene), "rows": rows}
 
 
-def write_sweep(grid: Grid, out: Path, scene: str, choice: str | None = None) -> Path | None:
-    """OUT/SCENE/tuned_sweep.yaml from the scene's tunes, with the choice as `selected` (if any)."""
+def scene_overrides(grid: Grid, scene: str, cli_set: list[str]) -> dict[str, list[str]]:
+    """bench.json's record of the federation: every method's overrides of the config (`set`: the
+    scene's, --set, the validation split) and the keys set to each run's seed (`seed_keys`). Tracking
+    keys are left out: they never change results, and where the bench logged is not where a run of
+    the pick should (a pipeline's --set points tracking.uri at its own store)."""
+    sc = grid.scenes[scene]
+    shared = shared_overrides(grid, sc, cli_set)
+    tracking = keys_under(shared, ("tracking",))
+    return {"set": [o for o in shared if o not in tracking], "seed_keys": list(sc.seed_keys)}
+
+
+def sweep_scene(grid: Grid, scene: str, cli_set: list[str]) -> SweepScene:
+    """The scene as the sweep file records it, its federation read from the config the runs loaded."""
+    sc = grid.scenes[scene]
+    over = scene_overrides(grid, scene, cli_set)["set"]
+    return SweepScene(name=scene, config=sc.config, set=over, seed_keys=list(sc.seed_keys),
+                      federation=federation(load_config(sc.config, over), sc.seed_keys))
+
+
+def write_sweep(grid: Grid, out: Path, scene: str, cli_set: list[str], choice: str | None = None,
+                setting: str | None = None) -> Path | None:
+    """OUT/SCENE/tuned_sweep.yaml from the scene's tunes and its federation, with the choice as
+    `selected` at `selected_setting` (if any)."""
     tunes = {r: t for r, t in read_tunes(out / scene).items() if r in grid.methods}
     if not tunes:
         return None
     path = out / scene / "tuned_sweep.yaml"
     fixed = {row: grid.variant(row).set for row in tunes}
-    selected = (choice, grid.variant(choice).method) if choice in tunes else None
+    # A default choice needs no tune of its own (a --so-far scene may hold its default runs only).
+    chosen = choice in tunes or (choice is not None and setting == "default")
+    selected = (choice, grid.variant(choice).method) if chosen else None
     write_if_changed(path, sweep_text(scene, out / scene, tunes, grid.validation_fraction, "fedcore bench", fixed,
-                                      selected))
+                                      selected, setting if chosen else None, sweep_scene(grid, scene, cli_set)))
     return path
 
 
@@ -118,10 +143,10 @@ def write_results(grid: Grid, out: Path, cli_set: list[str],
 
     scenes = {}
     for name in grid.scenes:
-        scenes[name] = scene_result(grid, out, name)
+        scenes[name] = scene_result(grid, out, name, cli_set)
         if left and name in left:
             scenes[name]["still_to_run"] = dict(left[name])
-        sweep = write_sweep(grid, out, name, scenes[name]["choice"])
+        sweep = write_sweep(grid, out, name, cli_set, scenes[name]["choice"], scenes[name]["choice_setting"])
         labels = report_labels(scenes[name]["rows"])
         report = write_report(list(labels), out / name / "report", labels) if labels else None
         scenes[name]["sweep"] = str(sweep) if sweep else None

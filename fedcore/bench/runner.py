@@ -20,19 +20,30 @@ from pathlib import Path
 
 from fedcore.bench.plan import Job, diverged_marker, is_done
 from fedcore.bench.stale import refuse_stale
+from fedcore.data.build import build_federated_dataset
 from fedcore.errors import DivergedError
+from fedcore.registries import load_config
 
 
 def prepare_data(jobs: list[tuple[Path, str, list[str]]], say: Callable[[str], None]) -> None:
     """Each seed's shared artifact, as `fedcore data prepare` writes it; kept when already there."""
-    from fedcore.data.build import build_federated_dataset
-    from fedcore.registries import load_config
-
     for path, config, overrides in jobs:
         if (path / "manifest.json").is_file():
             continue
         say(f"bench: preparing {path}")
         build_federated_dataset(load_config(config, overrides)).save(path)
+
+
+def check_data(jobs: list[tuple[Path, str, list[str]]]) -> None:
+    """What preparing the data would refuse (files under data.root, the partition, the noise scene the
+    dataset can give), for `fedcore bench --dry-run`: each scene's first artifact still to prepare is
+    built in memory and dropped. One per scene, since these checks do not depend on the seed."""
+    checked: set[Path] = set()
+    for path, config, overrides in jobs:
+        if path.parent in checked or (path / "manifest.json").is_file():
+            continue
+        checked.add(path.parent)
+        build_federated_dataset(load_config(config, overrides))
 
 
 def execute(job: Job) -> str:
@@ -64,7 +75,6 @@ def _tune(job: Job) -> str:
 
 def _run(job: Job) -> str:
     """`fedcore run CONFIG --set ... --data DATA --out RUN` (with --resume RUN when it has checkpoints)."""
-    from fedcore.registries import load_config
     from fedcore.run import run_experiment
     from fedcore.tracking.callback import run_callbacks
 

@@ -4,8 +4,8 @@ The choice is `choice.choose` over the scene's rows, as `fedcore bench` makes it
 writes the tunes it was handed under OUT/SCENE/ROW/tune/ (the bench layout), so bench.json,
 the sweep file (with `selected`) and the tuned params come from results.py unchanged. In
 MLflow, the parent run gets the rows as a table, the choice as tags and the files as
-artifacts; the chosen method's tuned run with the best validation score (over the reporting
-seeds: test never decides) is registered as a new version with alias `selected`.
+artifacts; the chosen method's run at the chosen setting (default or tuned) with the best validation
+score (over the reporting seeds: test never decides) is registered as a new version with alias `selected`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def choose_task(grid_text: str, overrides: list[str], scene: str, records: Itera
 
     with opened_grid(grid_text) as g:
         given = json.loads(grid_text)["grid"]["scenes"][scene]["config"]  # as the grid names it
-        result = scene_result(g, out, scene, records, given)
+        result = scene_result(g, out, scene, records, given, overrides)
         head = {**g.model_dump(mode="json", exclude={"scenes"}), "set": list(overrides)}
     result["model"] = register_choice(cfg, model_name, scene, result)
     bench = {"grid": head, "scenes": {**dict((previous or {}).get("scenes", {})), scene: result}}
@@ -55,16 +55,17 @@ def split_records(records: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, 
     return rows, tunes
 
 
-def selected_run(rows: Iterable[Mapping[str, Any]], choice: str | None) -> Mapping[str, Any] | None:
-    """The chosen row's tuned run to register: best validation score, then the lowest seed."""
-    mine = [r for r in rows if r["method"] == choice and r.get("setting") == "tuned" and r.get(SCORE) is not None]
+def selected_run(rows: Iterable[Mapping[str, Any]], choice: str | None,
+                 setting: str | None = "tuned") -> Mapping[str, Any] | None:
+    """The chosen row's run at the chosen setting to register: best validation score, then the lowest seed."""
+    mine = [r for r in rows if r["method"] == choice and r.get("setting") == setting and r.get(SCORE) is not None]
     return min(mine, key=lambda r: (-float(r[SCORE]), r["seed"])) if mine else None
 
 
 def scene_result(grid: Grid, out: Path, scene: str, records: Iterable[Mapping[str, Any]],
-                 config: str) -> dict[str, Any]:
+                 config: str, overrides: Iterable[str] = ()) -> dict[str, Any]:
     """bench.json's entry for `scene`, its tunes written under OUT/SCENE and its sweep file beside them."""
-    from fedcore.bench.results import report_labels, tuned_params, write_sweep
+    from fedcore.bench.results import report_labels, scene_overrides, tuned_params, write_sweep
     from fedcore.io import atomic_write_bytes
 
     rows, tunes = split_records(records)
@@ -75,8 +76,8 @@ def scene_result(grid: Grid, out: Path, scene: str, records: Iterable[Mapping[st
     rows = sorted(({k: v for k, v in r.items() if k != "metric"} for r in rows),
                   key=lambda r: (r["method"], r["setting"], r["seed"]))
     result = {**choose(rows, grid.seeds), "metric": metric, "config": config,
-              "tuned": tuned_params(grid, out, scene), "rows": rows}
-    sweep = write_sweep(grid, out, scene, result["choice"])
+              **scene_overrides(grid, scene, list(overrides)), "tuned": tuned_params(grid, out, scene), "rows": rows}
+    sweep = write_sweep(grid, out, scene, list(overrides), result["choice"], result["choice_setting"])
     result["sweep"] = str(sweep) if sweep else None
     result["report"] = _report(report_labels(rows), out / scene / "report")
     return result
@@ -94,14 +95,16 @@ def _report(labels: dict[str, str], out: Path) -> str | None:
 
 
 def register_choice(cfg: ExperimentConfig, model_name: str, scene: str, result: Mapping[str, Any]) -> dict | None:
-    """Register the chosen tuned run's model as a new version of `model_name` with alias `selected`."""
+    """Register the chosen run's model (the chosen method at the chosen setting) as a new version of
+    `model_name` with alias `selected`."""
     from fedcore.tracking.registry import ModelRegistry
 
-    run = selected_run(result["rows"], result["choice"])
+    run = selected_run(result["rows"], result["choice"], result["choice_setting"])
     if cfg.tracking.backend == "none" or run is None or not run.get("run_id"):
         return None
     registry = ModelRegistry(cfg.tracking.uri, Path.cwd())
     version = registry.register(model_name, run["run_id"], tags={"bench.scene": scene, "bench.method": run["method"],
+                                                                  "bench.setting": run["setting"],
                                                                   "bench.seed": str(run["seed"]),
                                                                   f"bench.{SCORE}": f"{run[SCORE]:.6f}"})
     registry.set_alias(version, SELECTED)
@@ -122,6 +125,7 @@ def log_choice(cfg: ExperimentConfig, parent_run_id: str, scene: str, result: Ma
     columns = ["method", "setting", "seed", SCORE, "acc_last10", "acc_best", "acc_at_val_best"]
     tracker.log_table({c: [r.get(c) for r in rows] for c in columns}, f"bench/{scene}/rows.json")
     tracker.set_tags({f"bench.{scene}.choice": str(result["choice"]),
+                      f"bench.{scene}.choice_setting": str(result.get("choice_setting")),
                       f"bench.{scene}.runner_up": str(result["runner_up"]),
                       f"bench.{scene}.margin": "" if result["margin"] is None else f"{result['margin']:.6f}"})
     for f in files:

@@ -1,6 +1,7 @@
 """The tables of docs/results/tuning.md from bench.json, as pure functions of its scenes.
 
-Per scene (`scene_table`): per method, the default and the tuned setting over the reporting seeds
+Per scene (`scene_table`): per method (the bench's choice in bold, with its chosen setting), the
+default and the tuned setting over the reporting seeds
 (last-10 test score and the test score at the round validation picks, mean ± sample std in %), the
 trials its tune spent, and two verdicts for the tuned row, each on every seed: above FedAvg's
 test-best round (an oracle no user has) and above FedAvg stopped early on validation
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedcore.bench.choice import among_of
 from fedcore.errors import ConfigError
 
 REFERENCE = "fedavg"  # the method every verdict is against
@@ -117,6 +119,14 @@ def methods_of(scene: Scene) -> list[str]:
     return sorted({r["method"] for r in scene["rows"]})
 
 
+def chosen_cell(scene: Scene, method: str) -> str:
+    """The method's cell, '**fedsir** (chosen, tuned)' for the bench's choice at its chosen setting (a
+    record from before the choice read both settings chose a tuned row)."""
+    if method != scene.get("choice"):
+        return method
+    return f"**{method}** (chosen, {scene.get('choice_setting') or among_of(scene)[-1]})"
+
+
 def scene_table(name: str, scene: Scene) -> str:
     """The scene's section: heading, table, ranking line and FedAvg's reference line."""
     return f"### {title(name, scene)}\n\n{scene_body(scene, name)}"
@@ -142,7 +152,7 @@ def scene_body(scene: Scene, name: str) -> str:
         v_best, v_val = (("reference",) * 2 if m == REFERENCE
                          else (verdict(t, best, "acc_last10"), verdict(t, val, "acc_last10")))
         lines.append(
-            f"| {m} | {tune_info(scene.get('tuned', {}).get(m))} | {fmt(col(d, 'acc_last10'))} "
+            f"| {chosen_cell(scene, m)} | {tune_info(scene.get('tuned', {}).get(m))} | {fmt(col(d, 'acc_last10'))} "
             f"| {fmt(col(d, 'acc_at_val_best'))} | {fmt(col(t, 'acc_last10'))} | {fmt(col(t, 'acc_at_val_best'))} "
             f"| {v_best} | {v_val} | {len(d)}/{len(t)}{'; ' + ', '.join(extra) if extra else ''} |")
     lines += ["", ranking(means), "",

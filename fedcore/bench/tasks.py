@@ -84,8 +84,8 @@ def run(grid_text: str, overrides: Sequence[str], scene: str, item: dict[str, An
         out: str | Path, tune_dir: str | Path | None = None, parent_run_id: str = "") -> dict[str, Any]:
     """One default or tuned run (item: row, setting, seed) into OUT; returns its row.
 
-    Tracked runs are children of the pipeline's parent run; only tuned runs log the served
-    model, since only a tuned run can be selected (and registered) and logging costs seconds."""
+    Tracked runs are children of the pipeline's parent run; every run logs the served model, since
+    the choice is a method at either setting, and the chosen run is registered."""
     from fedcore.bench.plan import data_dir, row_base, run_job
     from fedcore.bench.results import run_row, summary_of
     from fedcore.bench.runner import execute
@@ -100,7 +100,7 @@ def run(grid_text: str, overrides: Sequence[str], scene: str, item: dict[str, An
                 raise ConfigError(f"the tuned run of '{row}' needs its tune's output")
             job = dataclasses.replace(job, config=str(Path(tune_dir) / "best.yaml"))
         cfg = load_config(job.config, list(job.overrides))
-        rid = _open_child(cfg, parent_run_id, scene, row, f"{scene} {row} {setting} s{seed}", setting == "tuned")
+        rid = _open_child(cfg, parent_run_id, scene, row, f"{scene} {row} {setting} s{seed}", True)
         cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update=rid)}) if rid else cfg
         config = out.parent / f"{out.name}.config.yaml"  # beside the run dir: the run's whole config
         out.parent.mkdir(parents=True, exist_ok=True)

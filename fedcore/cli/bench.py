@@ -46,7 +46,7 @@ def bench(
     from fedcore.bench.grid import load_grid
     from fedcore.bench.plan import data_jobs, grid_todo, plan_grid, scene_left
     from fedcore.bench.results import write_results
-    from fedcore.bench.runner import prepare_data, run_jobs
+    from fedcore.bench.runner import check_data, prepare_data, run_jobs
     from fedcore.bench.stale import refuse_stale
     from fedcore.errors import UserError
     from fedcore.reporting.progress import grid_progress
@@ -60,6 +60,8 @@ def bench(
     first, after = plan_grid(g, out, cli_set)
     all_jobs = [*first, *(j for js in after.values() for j in js)]
     refuse_stale(all_jobs)  # before a dry run too: it would count another grid's runs as done
+    if not so_far:  # what preparing the data would refuse, refused before anything is written (a dry run too)
+        check_data(data_jobs(g, out, cli_set))
     if dry_run:
         print_todo(all_jobs, jobs, out)
         return
@@ -112,14 +114,20 @@ def say(line: str) -> None:
 
 
 def choice_line(name: str, scene: dict) -> str:
-    """'quickstart: fedsir (tuned val last-10 0.912), runner-up fednoro by 0.004'."""
+    """'quickstart: fedsir at its tuned setting (val acc last-10 0.912), runner-up fednoro (default) by 0.004'."""
+    from fedcore.bench.choice import among_of, label
+
     if scene.get("still_to_run"):
         name += " (so far)"
+    setting = scene.get("choice_setting") or among_of(scene)[-1]  # a record from before settings: tuned
     if scene["choice"] is None:
-        return f"{name}: no method has a tuned validation score on every reporting seed"
-    line = f"{name}: {scene['choice']} (tuned val {scene['metric']} last-10 {scene['means'][scene['choice']]:.4f})"
+        return f"{name}: no method has a validation score on every reporting seed at either setting"
+    means = scene["means"]
+    mean = means.get(label(scene["choice"], setting), means.get(scene["choice"]))
+    line = f"{name}: {scene['choice']} at its {setting} setting (val {scene['metric']} last-10 {mean:.4f})"
     if scene["runner_up"] is not None:
-        line += f", runner-up {scene['runner_up']} by {scene['margin']:.4f}"
+        other = scene.get("runner_up_setting")
+        line += f", runner-up {scene['runner_up']}{f' ({other})' if other else ''} by {scene['margin']:.4f}"
     if scene["left_out"]:
         line += f"; left out (a seed without a score): {', '.join(scene['left_out'])}"
     return line

@@ -47,8 +47,8 @@ def compile_bench(args: dict[str, Any], out: Path | None, options: Any) -> str:
 
     pipeline, grid = bench_pipeline(args, options)
     if args.get("katib") and grid.start_at_default:
-        raise UserError("Katib cannot start a tune at a given setting: drop start_at_default from the grid for "
-                        "--katib (the pipeline's own tunes honour it)")
+        raise UserError("Katib cannot start a tune at a given setting: set start_at_default: false in the grid "
+                        "for --katib (the pipeline's own tunes honour it; true is the grids' default)")
     path = compile_pipeline(pipeline, out or Path("bench.yaml"))
     spec, _ = load_specs(path)
     inputs = ", ".join(sorted(spec.root.input_definitions.parameters))

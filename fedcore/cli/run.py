@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -57,13 +57,11 @@ def run(
     from fedcore.errors import UserError
     from fedcore.io import run_dir_lock
     from fedcore.models import resolve_device
-    from fedcore.registries import load_config
     from fedcore.reporting.compare import comparison_table, load_run
     from fedcore.run import run_experiment
 
     out, resume = local_folder(out), local_folder(resume, "--resume")
-    set_ = [*row_overrides(config, set_, sweep, method), *(set_ or [])]  # --set wins; ranks get the whole list
-    cfg = load_config(config, set_)
+    set_, cfg = run_config(config, set_, sweep, method)
     out = out or resume_run_dir(resume) or Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out '{out}' is a file; pass a folder for the run")
@@ -94,18 +92,70 @@ def run(
                 print(line, flush=True)
 
 
-def row_overrides(config: Path, set_: list[str] | None, sweep: Path | None, method: str | None) -> list[str]:
-    """--method / --sweep as overrides: the row's method switch, then its tuned values."""
+def run_config(config: Path, set_: list[str] | None, sweep: Path | None, method: str | None) -> tuple[list[str], Any]:
+    """(every override, the config): --sweep's scene and row, then --set (which wins; ranks get the
+    whole list). With --sweep, the federation is checked and one line says what was applied."""
+    import os
+
+    from fedcore.registries import load_config
+
+    chosen, spec = row_overrides(config, set_, sweep, method)
+    overrides = [*chosen, *(set_ or [])]
+    cfg = load_config(config, overrides)
+    if sweep is not None:
+        check_scene(cfg, spec, sweep, config)
+        if int(os.environ.get("RANK", "0")) == 0:  # one line per run, not per rank
+            console.print(sweep_line(spec, sweep, config, method, chosen), markup=False, highlight=False,
+                          soft_wrap=True)
+    return overrides, cfg
+
+
+def row_overrides(config: Path, set_: list[str] | None, sweep: Path | None, method: str | None) -> tuple[list, Any]:
+    """(--method / --sweep as overrides, the sweep spec or None): the sweep's scene (its set, its seed
+    keys at the run's seed), then the row's method switch and its values at the chosen setting."""
     from fedcore.errors import UserError
     from fedcore.pipeline.plan import load_sweep_spec, one_row_overrides
     from fedcore.registries import load_config
 
     if sweep is None and method is None:
-        return []
+        return [], None
     if method is not None and any(s.startswith("method.name=") for s in set_ or []):
         raise UserError("pass the method once: --method or --set method.name=..., not both")
     spec = None if sweep is None else load_sweep_spec(sweep)
-    return one_row_overrides(load_config(config, set_), spec, method, f"sweep file '{sweep}'")
+    scene = [] if spec is None or spec.scene is None else list(spec.scene.set)
+    if scene and spec.scene.seed_keys:  # as the bench set them: to the run's seed
+        seed = load_config(config, [*scene, *(set_ or [])]).seed
+        scene += [f"{k}={seed}" for k in spec.scene.seed_keys]
+    rows = one_row_overrides(load_config(config, [*scene, *(set_ or [])]), spec, method, f"sweep file '{sweep}'")
+    return [*scene, *rows], spec
+
+
+def check_scene(cfg, spec, sweep: Path, config: Path) -> None:
+    """Refuse a run whose data, partition or noise differ from the federation the sweep file was tuned
+    and chosen on: its values would train another federation than the one they were picked for."""
+    from fedcore.bench.sweepfile import federation_mismatch
+    from fedcore.errors import UserError
+
+    if spec.scene is None or (diff := federation_mismatch(cfg, spec.scene)) is None:
+        return
+    raise UserError(f"'{config}' (with the scene's set and --set) is another federation than scene "
+                    f"'{spec.scene.name}', which sweep file '{sweep}' was tuned and chosen on ({diff}); train on "
+                    f"the scene's config ({spec.scene.config or 'see the file'}) with no --set of data, partition "
+                    "or noise, or delete the file's `scene:` to train its values on this federation")
+
+
+def sweep_line(spec, sweep: Path, config: Path, method: str | None, applied: list[str]) -> str:
+    """What --sweep applied, in one line: the row, its setting, the scene, and the overrides."""
+    from fedcore.pipeline.plan import selected_setting
+
+    row = method or spec.selected
+    setting = selected_setting(spec.model_copy(update={"methods": [method]}) if method else spec)
+    why = "" if method else " (the bench's choice)"
+    scene = spec.scene
+    where = (f"on scene '{scene.name}' ({len(scene.set)} scene overrides first)" if scene is not None else
+             f"on '{config}''s own data, partition and noise (the file names no scene)")
+    return (f"sweep '{sweep}': training row '{row}' at its {setting} setting{why} {where}; applied: "
+            f"{', '.join(applied) or 'nothing'} (--set after them)")
 
 
 def interrupted(err: KeyboardInterrupt, out: Path):

@@ -4,8 +4,9 @@ Where the files are looked for, in order:
 1. data.root (a local folder or an s3:// prefix staged into the data cache), laid out as
    torchvision does (`<root>/FashionMNIST/raw/`, data.root may also point into that folder)
    or flat (`<root>/*-ubyte.gz`, as Debian ships them);
-2. the operating system's copy, where a package provides one: Debian's `dataset-fashion-mnist`
-   puts the Fashion-MNIST files flat under /usr/share/datasets/fashion-mnist.
+2. only when data.root is unset, the operating system's copy, where a package provides one: Debian's
+   `dataset-fashion-mnist` puts the Fashion-MNIST files flat under /usr/share/datasets/fashion-mnist.
+   A data.root that is set but holds none of the files is refused, never passed over.
 
 A folder counts only when it holds all four files. `.gz` files are unpacked into the data
 cache (`data_cache_dir`), never beside themselves, so a read-only data folder or a system
@@ -70,18 +71,20 @@ def _root_folder(cfg: DataConfig, torch_folder: str) -> Path | None:
 def find_files(cfg: DataConfig, torch_folder: str) -> Path:
     """The folder holding the four IDX files: data.root first, then the system copy."""
     system = SYSTEM_COPIES.get(cfg.name)
+    names = ", ".join(f"{f}.gz" for f in MNIST_FILES)
     if cfg.root or system is None:  # without a system copy, an unset data.root is the error to report
         folder = _root_folder(cfg, torch_folder)
         if folder is not None:
             return folder
-    if system is not None and len(_present(system.folder)) == len(MNIST_FILES):
-        return system.folder
-    names = ", ".join(f"{f}.gz" for f in MNIST_FILES)
-    if system is None:
+        # A root the user set is where they meant the data to be: the system copy would train on
+        # other files than the ones named, while the run records the root as its source.
+        unset = (f", or unset data.root to read the system copy in {system.folder} (`apt-get install -y "
+                 f"{system.package}`)" if system is not None else "")
         raise DataError(f"{cfg.name}: {names} not found in data.root '{cfg.root}' (nor in its {torch_folder}/); "
-                        "put the official files there")
-    where = f"data.root '{cfg.root}' (nor in its {torch_folder}/) nor in" if cfg.root else "data.root is not set;"
-    raise DataError(f"{cfg.name}: {names} not found in {where} {system.folder}; install them with "
+                        f"put the official files there (flat, or under {torch_folder}/){unset}")
+    if len(_present(system.folder)) == len(MNIST_FILES):
+        return system.folder
+    raise DataError(f"{cfg.name}: {names} not found: data.root is not set; nor in {system.folder}; install them with "
                     f"`apt-get install -y {system.package}`, or put them in a folder and set data.root")
 
 

@@ -148,6 +148,23 @@ def inject_client(
     return y_new
 
 
+def check_class_map(cfg: NoiseConfig, asym_map: dict[int, int] | None) -> None:
+    """Refuse asymmetric noise on a dataset without a class map, naming what the user set.
+
+    Checked before any client is drawn: `mixed` used to fail only when its draw happened to give a
+    client asymmetric noise, with a message about a type the user never wrote."""
+    if asym_map:
+        return
+    if cfg.type == "asymmetric":
+        raise ConfigError("noise.type 'asymmetric' needs a dataset class map; this dataset has none: "
+                          "use noise.type=pairflip or symmetric")
+    if cfg.type == "mixed" and "asymmetric" in cfg.mixed_types:
+        kept = [t for t in cfg.mixed_types if t != "asymmetric"]
+        fix = f"set noise.mixed_types=[{','.join(kept)}]" if kept else "use noise.type=pairflip or symmetric"
+        raise ConfigError(f"noise.type 'mixed' draws from noise.mixed_types [{', '.join(cfg.mixed_types)}], and "
+                          f"'asymmetric' needs a dataset class map this dataset has none of: {fix}")
+
+
 def inject_noise(
     y: np.ndarray, parts: list[np.ndarray], cfg: NoiseConfig, num_classes: int, seed: int,
     asym_map: dict[int, int] | None = None, y_real_noisy: np.ndarray | None = None,
@@ -156,6 +173,7 @@ def inject_noise(
     """Build the noise scene for single-label targets y (N,) split into client index arrays."""
     if cfg.type in ("missing", "extra", "flip"):
         raise ConfigError(f"noise.type '{cfg.type}' is for multi-label datasets; use symmetric/pairflip/...")
+    check_class_map(cfg, asym_map)
     k = len(parts)
     rng = np.random.default_rng([seed, _SALT])
     hist = np.stack([np.bincount(y[p], minlength=num_classes) for p in parts])
@@ -171,8 +189,6 @@ def inject_noise(
     notes: list[str] = []
     for cid in np.flatnonzero(noisy):
         kind = cfg.type if cfg.type != "mixed" else str(rng.choice(cfg.mixed_types))
-        if kind == "asymmetric" and not asym_map:
-            raise ConfigError("noise.type 'asymmetric' needs a dataset class map; this dataset has none")
         types[cid] = kind
         if cfg.scope == "localized" and (hist[cid] > 0).sum() < 2:
             notes.append(f"client {cid} holds a single class: kept clean under localized scope")

@@ -13,12 +13,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedcore import safe_yaml
 from fedcore.bench.grid import VARIANTS
+from fedcore.bench.sweepfile import SweepScene
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError
 from fedcore.registries import config_from_dict
@@ -45,6 +46,13 @@ class SweepSpec(BaseModel):
                           "pipeline trains it with --sweep FILE; a sweep ignores it")
     selected_method: str = Field("", description="the registered method of `selected` when that row is a variant "
                                  "(e.g. fedgr for fedgr-robust); empty: `selected` is a method")
+    selected_setting: Literal["", "default", "tuned"] = Field(
+        "", description="the setting of `selected` the bench chose: default (the row's own params, its "
+        "default_overrides) or tuned (its method_overrides); empty: tuned, as files from before it")
+    default_overrides: dict[str, list[str]] = Field(
+        default_factory=dict, description="row -> its default setting's own overrides (a variant's fixed params)")
+    scene: SweepScene | None = Field(None, description="the federation the rows were tuned and chosen on; "
+                                     "`fedcore run --sweep` applies it, a sweep ignores it")
 
 
 StageShape = tuple[tuple[str, tuple[str, ...]], ...]  # (stage name, what it yields) per stage
@@ -232,10 +240,20 @@ def selected_overrides(spec: SweepSpec, base: ExperimentConfig, where: str = "th
     if not row:
         raise ConfigError(f"{where} has no selected method (fedcore bench writes `selected: METHOD`); "
                           f"pass --method with one of: {', '.join(spec.method_overrides) or 'a registered method'}")
+    # A file of rows names what it tuned: a row it lacks would train at the config's own settings,
+    # which no one asked for. Without rows (a retrain with --method alone) the method's defaults are meant.
+    if spec.method_overrides and row not in spec.method_overrides and row != spec.selected:
+        raise ConfigError(f"{where} has no row '{row}'; its rows: {', '.join(spec.method_overrides)}")
     method = row_method(spec, row)
-    own = spec.method_overrides.get(row, [])
+    own = (spec.default_overrides if selected_setting(spec) == "default" else spec.method_overrides).get(row, [])
     check_own_overrides(row, own)
     return [*method_overrides(base, method), *own]
+
+
+def selected_setting(spec: SweepSpec) -> str:
+    """The setting a one-row run trains: the file's chosen one for its selected row, else the tuned one
+    (a row named with --method, and files from before the bench chose among settings)."""
+    return "default" if not spec.methods and spec.selected_setting == "default" else "tuned"
 
 
 def one_row_overrides(base: ExperimentConfig, spec: SweepSpec | None, method: str | None,

@@ -14,9 +14,11 @@ from fedcore import cli
 from fedcore.bench.choice import choose
 from fedcore.bench.grid import load_grid
 from fedcore.bench.results import run_row, write_results
+from fedcore.registries import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 GRID = ROOT / "experiments/grids/tiny.yaml"
+GRID_CONFIG = ROOT / "configs/quickstart.yaml"  # tiny.yaml's scene's config
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +65,20 @@ def test_bench_json_holds_the_choice_rows_and_tuned_params(bench):
     assert (scene["choice"], scene["runner_up"], scene["margin"]) == (want["choice"], want["runner_up"],
                                                                        want["margin"])
     assert scene["choice"] in ("fedavg", "fedprox") and scene["margin"] >= 0
+    # The choice is a method at a setting, among both settings of every method.
+    assert scene["among"] == ["default", "tuned"] and scene["choice_setting"] in ("default", "tuned")
+    assert list(scene["means"]) == [f"{scene['choice']} ({scene['choice_setting']})", *list(scene["means"])[1:]]
+    assert len(scene["means"]) == 4 and scene["runner_up"] != scene["choice"]
+    # The scene the rows trained on: every method's overrides of its config, in bench.json and the sweep file.
+    tiny = load_grid(GRID).scenes["quickstart-tiny"]
+    assert scene["set"] == [*(o for o in tiny.set if not o.startswith("tracking.")), "data.validation.fraction=0.1"]
+    assert scene["seed_keys"] == []
     assert set(scene["tuned"]["fedprox"]["best_params"]) >= {"train.lr", "method.params.mu"}
     spec = load_sweep_spec(scene["sweep"])
     assert set(spec.method_overrides) == {"fedavg", "fedprox"}
+    assert (spec.selected, spec.selected_setting) == (scene["choice"], scene["choice_setting"])
+    assert spec.scene.name == "quickstart-tiny" and spec.scene.set == scene["set"]
+    assert spec.scene.federation["partition.num_clients"] == load_config(tiny.config).partition.num_clients
     assert any(o.startswith("method.params.mu=") for o in spec.method_overrides["fedprox"])
     assert "written by\n# fedcore bench" in Path(scene["sweep"]).read_text()
     assert Path(scene["report"]).is_file() and (Path(scene["report"]).parent / "accuracy.png").is_file()
@@ -82,10 +95,33 @@ def test_each_scene_gets_its_table_and_bench_table_prints_it(bench, capsys):
     scene = json.loads((bench / "bench.json").read_text())["scenes"]["quickstart-tiny"]
     table = (bench / "quickstart-tiny" / "table.md").read_text()
     assert table == scene_table("quickstart-tiny", scene) + "\n"
-    assert "| fedavg | 2 (" in table and "| reference | reference | 1/1 |" in table
+    assert "| fedavg | 2 (" in table or "| **fedavg** (chosen, " in table
+    assert "| reference | reference | 1/1 |" in table
     capsys.readouterr()
     cli.main(["bench-table", str(bench)])
     assert capsys.readouterr().out == table
+
+
+def test_the_table_marks_the_chosen_row_and_fedcore_run_trains_it_on_the_scene(bench, tmp_path, capsys):
+    """`fedcore run BASE --sweep OUT/SCENE/tuned_sweep.yaml` trained the pick on BASE's own scene (the grid
+    scene's set was dropped), at a tuned setting whatever the bench had chosen."""
+    import yaml
+
+    scene = json.loads((bench / "bench.json").read_text())["scenes"]["quickstart-tiny"]
+    choice, setting = scene["choice"], scene["choice_setting"]
+    assert f"| **{choice}** (chosen, {setting}) |" in (bench / "quickstart-tiny" / "table.md").read_text()
+    out = tmp_path / "run"
+    capsys.readouterr()
+    cli.main(["run", str(GRID_CONFIG), "--sweep", scene["sweep"], "--out", str(out), "--no-progress",
+              "--set", "train.rounds=1"])
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"training row '{choice}' at its {setting} setting (the bench's choice) on scene 'quickstart-tiny'" in said
+    assert cfg["method"]["name"] == choice and cfg["train"]["rounds"] == 1  # --set still wins
+    # The scene's set, which configs/quickstart.yaml does not hold, and the validation split the rows had.
+    assert cfg["train"]["memorization"] is False and cfg["data"]["validation"]["fraction"] == 0.1
+    lr = scene["tuned"][choice]["best_params"]["train.lr"] if setting == "tuned" else load_config(GRID_CONFIG).train.lr
+    assert cfg["train"]["lr"] == lr
 
 
 def test_shuffled_test_accuracies_in_the_runs_leave_the_choice_unchanged(bench, tmp_path):
@@ -185,8 +221,9 @@ def test_so_far_writes_the_finished_runs_marked_partial_and_runs_nothing(bench, 
     assert not (copy / scene / "fedprox" / "tuned" / "s0").exists()  # nothing ran
     result = json.loads((copy / "bench.json").read_text())["scenes"][scene]
     assert result["still_to_run"] == {"tune_trials": 0, "runs": 1}
-    assert (result["choice"], result["runner_up"]) == ("fedavg", None)  # fedprox has no tuned run yet
-    assert f"{scene} (so far): fedavg" in out and "partial: 0 tune trials and 1 runs still to run" in out
+    # fedprox has no tuned run yet: its default takes part, its tuned setting does not.
+    assert [m for m in result["means"] if m.startswith("fedprox")] == ["fedprox (default)"]
+    assert f"{scene} (so far): {result['choice']} at its" in out and "partial: 0 tune trials and 1 runs" in out
     assert (copy / scene / "table.md").read_text().splitlines()[2].startswith(f"Partial: {scene} had 0 tune")
     cli.main(["bench-table", str(copy), "--summary"])
     assert capsys.readouterr().out.strip().endswith("its rows, verdicts and choice may change.")

@@ -103,6 +103,10 @@ def test_the_choice_is_choose_over_the_rows_and_the_sweep_file_records_it(local_
     assert scene["sweep"] == str(local_run[0] / SCENE / "tuned_sweep.yaml")
     spec = load_sweep_spec(scene["sweep"])
     assert spec.selected == scene["choice"] and set(spec.method_overrides) == {"fedavg", "fedprox"}
+    assert spec.selected_setting == scene["choice_setting"] and spec.scene.name == SCENE
+    # The scene's and --set's overrides, less tracking keys (the pipeline's own MLflow store is no part of it).
+    assert spec.scene.set == scene["set"] == ["train.rounds=2", "train.device=cpu", "train.memorization=false",
+                                              "data.validation.fraction=0.1"]
     assert any(o.startswith("method.params.mu=") for o in spec.method_overrides["fedprox"])
     # Every run of seed 0 trained on the one shared artifact, never a copy of its own.
     shas = {json.loads((Path(r["run"]) / "metrics.json").read_text())["data_sha256"] for r in scene["rows"]}
@@ -113,7 +117,7 @@ def test_the_choice_is_choose_over_the_rows_and_the_sweep_file_records_it(local_
         f"{m} ({s})" for m in ("fedavg", "fedprox") for s in ("default", "tuned")}
 
 
-def test_the_chosen_tuned_run_is_registered_with_alias_selected(local_run):
+def test_the_chosen_run_is_registered_with_alias_selected(local_run):
     from mlflow import MlflowClient
 
     out, bench = local_run
@@ -121,10 +125,10 @@ def test_the_chosen_tuned_run_is_registered_with_alias_selected(local_run):
     uri = f"sqlite:///{out.resolve() / 'mlruns' / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     version = client.get_model_version_by_alias(f"fedcore-bench-{SCENE}", "selected")
-    chosen = selected_run(scene["rows"], scene["choice"])
+    chosen = selected_run(scene["rows"], scene["choice"], scene["choice_setting"])
     assert version.run_id == chosen["run_id"] == scene["model"]["run_id"]
-    assert (chosen["method"], chosen["setting"]) == (scene["choice"], "tuned")
-    assert version.tags["bench.method"] == scene["choice"]
+    assert (chosen["method"], chosen["setting"]) == (scene["choice"], scene["choice_setting"])
+    assert (version.tags["bench.method"], version.tags["bench.setting"]) == (scene["choice"], scene["choice_setting"])
     run = client.get_run(chosen["run_id"])
     assert run.data.tags["row"] == scene["choice"]  # the grid's row (a variant's own name), as sweeps tag it
     parent_id = run.data.tags["mlflow.parentRunId"]  # the runs are children of the pipeline's parent
@@ -144,6 +148,7 @@ def test_the_selected_run_is_the_best_validation_score_never_test():
     rows[0][SCORE] = 0.7  # a tie goes to the lower seed
     assert selected_run(rows, "a")["run_id"] == "r0"
     assert selected_run(rows, "c") is None and selected_run(rows, None) is None
+    assert selected_run(rows, "a", "default")["run_id"] == "r2"  # a default choice registers its default run
 
 
 def test_records_split_into_rows_and_tunes():
@@ -155,7 +160,8 @@ def test_katib_writes_a_valid_experiment_per_scene_and_method_on_the_tuning_seed
     from fedcore.tuning.katib import validate_experiment
 
     out = tmp_path / "bench.yaml"
-    cli.main(["pipeline", "compile", "bench", str(_grid(tmp_path)), "--out", str(out), "--katib"])
+    cli.main(["pipeline", "compile", "bench", str(_grid(tmp_path, start_at_default=False)), "--out", str(out),
+              "--katib"])
     objects = list(yaml.safe_load_all((tmp_path / "bench.katib.yaml").read_text()))
     experiments = [o for o in objects if o["kind"] == "Experiment"]
     assert [e["metadata"]["name"] for e in experiments] == [f"fedcore-bench-{SCENE}-fedavg",

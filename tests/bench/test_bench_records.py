@@ -3,7 +3,10 @@
 docs/results/bench/NAME.json is the bench.json of `fedcore bench experiments/grids/NAME.yaml` (run
 dirs made relative). The grids take minutes to an hour, too long for the suite, so the tests check
 the chain from each record instead: its grid is the grid file, its choice is what the rule computes
-from its rows, and the quickstart's tunes give configs/sweeps/quickstart_tuned.yaml exactly.
+from its rows, and the quickstart's tunes give configs/sweeps/quickstart_tuned.yaml exactly. The rule is
+the one the record says it was chosen by (`among`: the settings its choice read; a record without it was
+written before the choice read default rows, and was chosen among tuned rows): the records are not rerun
+when the rule changes, and each names the code that produced it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedcore.bench.choice import choose
+from fedcore.bench.choice import among_of, choose
 from fedcore.bench.grid import load_grid
 from fedcore.bench.sweepfile import tuned_sweep
 
@@ -62,14 +65,18 @@ def test_the_shipped_tuned_sweep_is_the_records_tunes_to_the_digit(name, scene):
     fixed = {m: t["fixed"] for m, t in rec["tuned"].items()}
     # The chosen row with the method it trains (itself, or a variant's: fedgr-robust trains fedgr).
     method = load_grid(ROOT / f"experiments/grids/{name}.yaml").variant(rec["choice"]).method
-    assert shipped == tuned_sweep(rec["tuned"], fixed, selected=(rec["choice"], method))
+    # A record's scene holds the federation's overrides (`set`); the sweep file holds them with the data they gave.
+    scene_block = shipped.pop("scene", None)
+    assert scene_block is None or scene_block["set"] == rec["set"]
+    assert shipped == tuned_sweep(rec["tuned"], fixed, selected=(rec["choice"], method),
+                                  setting=rec.get("choice_setting"))
 
 
 @pytest.mark.parametrize(("name", "scene"), SCENES)
 def test_the_records_choice_follows_from_its_rows(name, scene):
     bench = _record(name)
     rec = bench["scenes"][scene]
-    got = choose(rec["rows"], bench["grid"]["seeds"])
+    got = choose(rec["rows"], bench["grid"]["seeds"], among_of(rec))
     assert (got["choice"], got["runner_up"]) == (rec["choice"], rec["runner_up"])
     assert got["margin"] == rec["margin"]
     assert "still_to_run" not in rec  # a page's tables come from a finished grid, not `--so-far`

@@ -1,4 +1,5 @@
-"""The bench's choice rule (fedcore.bench.choice): the best tuned mean on validation, never test."""
+"""The bench's choice rule (fedcore.bench.choice): the method at a setting (default or tuned) with the best
+mean on validation, never test; records from before it were chosen among tuned rows (among=OLD_RULE)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import random
 
 import pytest
 
-from fedcore.bench.choice import choose
+from fedcore.bench.choice import OLD_RULE, choose
 
 
 def _row(method, setting, seed, val, test):
@@ -18,17 +19,27 @@ ROWS = [
     _row("fedavg", "tuned", 0, 0.60, 0.90), _row("fedavg", "tuned", 1, 0.70, 0.92),   # mean val 0.65
     _row("fedsir", "tuned", 0, 0.80, 0.50), _row("fedsir", "tuned", 1, 0.60, 0.40),   # mean val 0.70
     _row("fedprox", "tuned", 0, 0.64, 0.99), _row("fedprox", "tuned", 1, 0.64, 0.99),  # mean val 0.64
-    # A default setting never counts, however well it validates.
+    # FedProx's default validates best of all: its tune made it worse on the reporting seeds.
     _row("fedprox", "default", 0, 0.99, 0.99), _row("fedprox", "default", 1, 0.99, 0.99),
 ]
 
 
-def test_the_choice_is_the_best_tuned_mean_validation_score():
+def test_the_choice_is_a_method_at_a_setting_default_and_tuned_alike():
     got = choose(ROWS, [0, 1])
-    assert (got["choice"], got["runner_up"]) == ("fedsir", "fedavg")
+    assert (got["choice"], got["choice_setting"]) == ("fedprox", "default")
+    # The runner-up is the best other method: FedProx's own tuned setting is not a rival to it.
+    assert (got["runner_up"], got["runner_up_setting"], got["among"]) == ("fedsir", "tuned", ["default", "tuned"])
+    assert got["margin"] == pytest.approx(0.29)
+    assert got["means"] == pytest.approx({"fedprox (default)": 0.99, "fedsir (tuned)": 0.70,
+                                          "fedavg (tuned)": 0.65, "fedprox (tuned)": 0.64})
+    assert list(got["means"])[0] == "fedprox (default)" and got["left_out"] == []
+
+
+def test_the_old_rule_of_the_records_reads_tuned_rows_only():
+    got = choose(ROWS, [0, 1], among=OLD_RULE)
+    assert (got["choice"], got["choice_setting"], got["runner_up"]) == ("fedsir", "tuned", "fedavg")
     assert got["margin"] == pytest.approx(0.05)
-    assert got["means"] == pytest.approx({"fedsir": 0.70, "fedavg": 0.65, "fedprox": 0.64})
-    assert list(got["means"]) == ["fedsir", "fedavg", "fedprox"] and got["left_out"] == []
+    assert list(got["means"]) == ["fedsir (tuned)", "fedavg (tuned)", "fedprox (tuned)"]
 
 
 def test_permuting_the_test_accuracies_leaves_the_choice_unchanged():
@@ -47,18 +58,23 @@ def test_permuting_the_test_accuracies_leaves_the_choice_unchanged():
     assert choose(swapped, [0, 1])["choice"] == "fedprox"
 
 
-def test_a_method_without_a_score_on_every_reporting_seed_is_left_out():
-    rows = [*ROWS, _row("dividemix", "tuned", 0, 0.95, 0.5),  # seed 1 missing
-            {**_row("fedgr", "tuned", 0, 0.0, 0.0), "val_acc_last10": None}, _row("fedgr", "tuned", 1, 0.99, 0.9)]
+def test_a_setting_without_a_score_on_every_reporting_seed_is_left_out():
+    rows = [*ROWS, _row("dividemix", "tuned", 0, 0.995, 0.5),  # seed 1 missing
+            {**_row("fedgr", "default", 0, 0.0, 0.0), "val_acc_last10": None}, _row("fedgr", "default", 1, 0.999, 0.9),
+            _row("fedgr", "tuned", 0, 0.1, 0.1), _row("fedgr", "tuned", 1, 0.1, 0.1)]
     got = choose(rows, [0, 1])
-    assert got["choice"] == "fedsir" and got["left_out"] == ["dividemix", "fedgr"]
+    assert (got["choice"], got["choice_setting"]) == ("fedprox", "default")
+    assert got["left_out"] == ["dividemix (tuned)", "fedgr (default)"] and "fedgr (tuned)" in got["means"]
     # Scores on a seed outside the reporting seeds (the tuning seed) do not count either.
-    assert choose([*ROWS, _row("fedavg", "tuned", 100, 1.0, 1.0)], [0, 1])["choice"] == "fedsir"
+    assert choose([*ROWS, _row("fedavg", "tuned", 100, 1.0, 1.0)], [0, 1])["choice"] == "fedprox"
 
 
-def test_ties_go_to_the_first_name_and_one_method_has_no_runner_up():
+def test_ties_go_to_the_first_name_then_its_default_and_one_method_has_no_runner_up():
     tie = [_row("b", "tuned", 0, 0.5, 0.1), _row("a", "tuned", 0, 0.5, 0.9)]
     assert (choose(tie, [0])["choice"], choose(tie, [0])["margin"]) == ("a", 0.0)
-    alone = choose([_row("a", "tuned", 0, 0.5, 0.1)], [0])
+    # A tune that kept its default reruns it: equal means, and the default names that setting.
+    kept = [_row("a", "tuned", 0, 0.5, 0.1), _row("a", "default", 0, 0.5, 0.1)]
+    assert (choose(kept, [0])["choice"], choose(kept, [0])["choice_setting"]) == ("a", "default")
+    alone = choose([_row("a", "tuned", 0, 0.5, 0.1), _row("a", "default", 0, 0.4, 0.1)], [0])
     assert (alone["choice"], alone["runner_up"], alone["margin"]) == ("a", None, None)
-    assert choose([], [0])["choice"] is None
+    assert choose([], [0])["choice"] is None and choose([], [0])["choice_setting"] is None

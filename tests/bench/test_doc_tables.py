@@ -37,7 +37,7 @@ def test_an_edited_number_is_stale_and_a_run_rewrites_only_the_block(tmp_path, c
     assert bt.main(["--root", str(root)]) == 0
     text = (root / "docs/page.md").read_text(encoding="utf-8")
     assert text.startswith("# Title\n\nprose 1.0\n\n") and text.endswith("<!-- /bench-table -->\n\nafter\n")
-    assert "old table" not in text and "| fedsir | 8 (3 pruned, 0 diverged) |" in text
+    assert "old table" not in text and "| **fedsir** (chosen, tuned) | 8 (3 pruned, 0 diverged) |" in text
     assert bt.main(["--check", "--root", str(root)]) == 0
     # A changed record changes the table: the block follows the record, not the page.
     rec = json.loads((root / RECORD).read_text())

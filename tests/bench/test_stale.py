@@ -66,8 +66,8 @@ def test_an_edited_scene_is_refused_by_key_and_nothing_is_written(filled, capsys
 
 def test_a_tune_started_otherwise_is_refused(filled, capsys):
     tmp, out = filled
-    err = _refused([str(_grid(tmp, "started.yaml", start_at_default=True)), "--out", str(out)], capsys)
-    assert "start_at_default: false (on disk) vs true" in err
+    err = _refused([str(_grid(tmp, "started.yaml", start_at_default=False)), "--out", str(out)], capsys)
+    assert "start_at_default: true (on disk) vs false" in err  # true: the grids' default
 
 
 def test_a_tuned_run_of_an_earlier_best_is_stale(filled):

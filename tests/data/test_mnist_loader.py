@@ -57,14 +57,19 @@ def test_system_copy_is_used_without_data_root(tmp_path: Path, system: Path):
     assert unpacked == sorted(mnist.MNIST_FILES)
 
 
-def test_data_root_comes_first_and_an_empty_root_falls_back(tmp_path: Path, system: Path):
-    sys_files = write_flat_gz(system)
+def test_data_root_comes_first_and_an_empty_root_is_refused(tmp_path: Path, system: Path):
+    """A data.root the user set is where the data must be: an empty one fell back to the system copy
+    with no word, and the run recorded the empty folder as its root. The system copy is for an unset root."""
+    write_flat_gz(system)
     own = write_mnist(tmp_path / "own", folder="FashionMNIST")
     ds = fmnist(tmp_path / "cache", tmp_path / "own")
     np.testing.assert_array_equal(ds.x_train[:, 0], own["train"][0])
     (tmp_path / "empty").mkdir()
-    ds = fmnist(tmp_path / "cache", tmp_path / "empty")
-    np.testing.assert_array_equal(ds.x_train[:, 0], sys_files["train"][0])
+    with pytest.raises(DataError) as err:
+        fmnist(tmp_path / "cache", tmp_path / "empty")
+    msg = str(err.value)
+    assert "\n" not in msg and f"data.root '{tmp_path / 'empty'}'" in msg
+    assert "train-images-idx3-ubyte.gz" in msg and "FashionMNIST/raw/" in msg and "unset data.root" in msg
 
 
 def test_a_partial_copy_under_data_root_is_an_error(tmp_path: Path, system: Path):
@@ -135,3 +140,16 @@ def test_cache_dir_default_gives_way_to_fedcore_cache(tmp_path: Path, monkeypatc
     assert data_cache_dir(DataConfig(cache_dir=str(tmp_path / "mine"))) == tmp_path / "mine"
     monkeypatch.delenv("FEDCORE_CACHE")
     assert data_cache_dir(DataConfig()) == Path(".fedcore-cache")
+
+
+def test_fedcore_run_on_an_empty_data_root_is_one_line_and_exit_2(tmp_path: Path, system: Path, capsys):
+    from fedcore import cli
+
+    write_flat_gz(system)  # a system copy the run must not fall back to
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", "configs/fmnist/fedgr_sym.yaml", "--out", str(tmp_path / "run"), "--no-progress",
+                  "--set", f"data.root={tmp_path / 'empty'}", "--set", "tracking.backend=none"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in err and "put the official files there" in err
+    assert not (tmp_path / "run" / "metrics.json").exists()

@@ -84,12 +84,14 @@ def test_a_grid_passes_it_to_every_tune_and_katib_refuses_it(tmp_path, capsys):
     first, _ = plan_grid(load_grid(grid), tmp_path / "out", [])
     tunes = [j for j in first if j.kind == "tune"]
     assert len(tunes) == 2 and all(j.start_at_default for j in tunes)
+    # Unset, a grid starts every tune at its default; a grid that says false keeps a random first trial.
+    assert load_grid(ROOT / "experiments/grids/tiny.yaml").start_at_default is True
     plain = tmp_path / "plain.yaml"
-    plain.write_text(text)
+    plain.write_text(text + "start_at_default: false\n")
     assert not any(j.start_at_default for j in plan_grid(load_grid(plain), tmp_path / "out", [])[0])
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["pipeline", "compile", "bench", str(grid), "--out", str(tmp_path / "b.yaml"), "--katib"])
-    assert exit_info.value.code == 2 and "drop start_at_default" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "set start_at_default: false" in capsys.readouterr().err
     assert not (tmp_path / "b.yaml").exists()
 
 
@@ -109,7 +111,7 @@ def test_a_bench_started_at_defaults_records_which_tunes_kept_them(tmp_path, cap
         tune = json.loads((out / "quickstart-tiny" / row / "tune" / "tune.json").read_text())
         assert tune["start_at_default"] is True and tuned["best_is_default"] == tune["best_is_default"]
         assert tune["best_is_default"] == (tune["best_trial"] == 0)
-        line = next(x for x in table.splitlines() if x.startswith(f"| {row} |"))
+        line = next(x for x in table.splitlines() if x.startswith((f"| {row} |", f"| **{row}** ")))
         assert ("kept the default" in line) == tune["best_is_default"]
     assert tune_info({"n_trials": 8, "n_pruned": 2, "n_diverged": 0, "best_is_default": True}) == \
         "8 (2 pruned, 0 diverged, kept the default)"
