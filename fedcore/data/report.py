@@ -10,8 +10,9 @@ from fedcore.data.federated import FederatedDataset, scene_report
 
 def print_scene(fed: FederatedDataset, console: Console) -> None:
     rep = scene_report(fed)
+    overall = "unknown" if rep["overall_noise_rate"] is None else f"{rep['overall_noise_rate']:.3f}"
     table = Table(title=f"{rep['dataset']}: {rep['num_clients']} clients, "
-                        f"{rep['noisy_clients']} noisy, overall noise {rep['overall_noise_rate']:.3f}")
+                        f"{rep['noisy_clients']} noisy, overall noise {overall}")
     for col in ("client", "size", "classes", "noisy?", "type", "target rate", "realized rate"):
         table.add_column(col, justify="right" if col not in ("type", "noisy?") else "left")
     for c in rep["clients"]:
