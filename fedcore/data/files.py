@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pandas as pd  # pandas and pyarrow come pinned with mlflow (docker/requirements.lock)
 import torch
 import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
