@@ -44,6 +44,17 @@ def test_a_tiny_run_on_each_source(tmp_path, name):
     assert "federation" in json.loads((out / "scene.json").read_text())
 
 
+def test_a_multi_label_table_runs_fedharmony(tmp_path):
+    df = table_rows(tmp_path / "data").drop(columns=["trusted"])
+    df["label"] = [lab if i % 2 else f"{lab}|emu" for i, lab in enumerate(df["label"])]
+    cfg = config(tmp_path, "table", write_table(tmp_path / "data", df=df))
+    out = tmp_path / "run"
+    cli.main(["run", str(cfg), "--out", str(out), "--no-progress", "--set", "noise.type=none",
+              "--set", "method.name=fedharmony"])
+    summary = json.loads((out / "metrics.json").read_text())["summary"]
+    assert 0.0 <= summary["final/mAP"] <= 1.0
+
+
 def test_inspect_prints_the_federation_and_writes_only_the_figure(tmp_path, capsys):
     root = write_table(tmp_path / "data")
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
