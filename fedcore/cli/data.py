@@ -1,4 +1,5 @@
-"""`fedcore data prepare`: build the FederatedDataset artifact of a config and print its noise scene."""
+"""`fedcore data prepare`: build the FederatedDataset artifact of a config and print its noise scene;
+`fedcore data inspect`: summarize a federation (clients, classes, labels, trusted labels) before training."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def data_prepare(
 ) -> None:
     """Partition the dataset, inject the noise scene, and write a verified FederatedDataset artifact."""
     from fedcore.data.build import build_federated_dataset
-    from fedcore.data.report import print_scene
+    from fedcore.data.federated import scene_report
+    from fedcore.data.report import print_federation, print_scene
     from fedcore.registries import load_config
 
     out = local_folder(out)
@@ -31,4 +33,33 @@ def data_prepare(
     fed = build_federated_dataset(cfg)
     path = fed.save(out)
     print_scene(fed, console)
+    if "federation" in (rep := scene_report(fed)):
+        print_federation(rep["federation"], console)
     console.print(f"wrote [bold]{path}[/] (data sha256 {fed.manifest['files']['data.pt'][:12]}…)")
+
+
+@app.command("inspect")
+def data_inspect(
+    config: ConfigArg,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for the figure (default runs/inspect-<data "
+                                                                 "hash>)")] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Summarize a federation before training: clients and their sizes, classes per client, the label
+    histogram, agreement with trusted labels, and a client x class figure. Writes only the figure."""
+    # Imported here: `fedcore --help` stays fast (torch, matplotlib).
+    from fedcore.data.build import build_federated_dataset
+    from fedcore.data.report import print_federation
+    from fedcore.data.summary import client_class_counts, client_names, federation_summary
+    from fedcore.registries import load_config
+    from fedcore.reporting.plots import client_class_figure, save
+
+    out = local_folder(out)
+    cfg = load_config(config, set_)
+    fed = build_federated_dataset(cfg)
+    console.print(f"[bold]{fed.meta['name']}[/]: {fed.num_classes} classes ({fed.task}-label), partition "
+                  f"{cfg.partition.kind}")
+    print_federation(federation_summary(fed), console)
+    fig = client_class_figure(client_class_counts(fed), client_names(fed), fed.meta["class_names"])
+    path = save(fig, (out or Path("runs") / f"inspect-{cfg.data_hash()[:12]}") / "clients_by_class.png")
+    console.print(f"wrote [bold]{path}[/]")

@@ -13,7 +13,7 @@ from fedcore.data.federated import FederatedDataset, GroundTruth
 from fedcore.data.noise import NoiseScene, inject_noise
 from fedcore.data.partition import class_histogram, partition
 from fedcore.data.validation import apply_split, split_validation
-from fedcore.errors import ConfigError
+from fedcore.errors import ConfigError, DataError
 
 
 def scene_for(ds: RawDataset, parts: list[np.ndarray], cfg: ExperimentConfig) -> NoiseScene:
@@ -25,8 +25,11 @@ def scene_for(ds: RawDataset, parts: list[np.ndarray], cfg: ExperimentConfig) ->
             )
         multi = importlib.import_module("fedcore.data.noise_multilabel")
         return multi.inject_multilabel_noise(ds.y_train, parts, cfg.noise, cfg.data_seed, y_given=ds.y_train_noisy)
+    # The user's own labels are the base of synthetic noise: their trusted labels stay with the metrics.
+    given = ds.labels_as_given and cfg.noise.type != "real"
     return inject_noise(
-        ds.y_train, parts, cfg.noise, ds.num_classes, cfg.data_seed, asym_map=ds.asym_map,
+        ds.y_train_noisy if given else ds.y_train, parts, cfg.noise, ds.num_classes, cfg.data_seed,
+        asym_map=ds.asym_map,
         y_real_noisy=ds.y_train_noisy, y_true_known=ds.y_train_known,
     )
 
@@ -34,6 +37,7 @@ def scene_for(ds: RawDataset, parts: list[np.ndarray], cfg: ExperimentConfig) ->
 def build(cfg: ExperimentConfig) -> FederatedDataset:
     ds = load_dataset(cfg.data)
     parts = partition(ds.y_train, cfg.partition, ds.num_classes, cfg.data_seed, groups=ds.groups)
+    names = client_names(ds, parts, cfg)
     scene = scene_for(ds, parts, cfg)
     x_train, val, v = ds.x_train, None, cfg.data.validation
     if v.fraction > 0 or v.server_clean > 0:
@@ -57,9 +61,13 @@ def build(cfg: ExperimentConfig) -> FederatedDataset:
         "data_hash": cfg.data_hash(),
         "config": cfg.to_dict(),
         "histogram": class_histogram(scene.y_noisy, parts, ds.num_classes).tolist(),
-        "notes": scene.notes,
+        "notes": [*ds.notes, *scene.notes],
         "extras": _jsonable(ds.extras),
     }
+    if ds.labels_as_given:
+        meta["labels_as_given"] = True  # the user's own files: the artifact carries the federation summary
+    if names is not None:
+        meta["client_names"] = names
     if val is not None:
         meta["validation"] = {"fraction": v.fraction, "num_val": val.num_clients_val, "server_clean": val.num_server,
                               "assumption": "a clean server-side set" if val.num_server else None}
@@ -75,6 +83,20 @@ def build(cfg: ExperimentConfig) -> FederatedDataset:
         y_test=torch.from_numpy(np.ascontiguousarray(ds.y_test)),
         client_indices=parts, truth=truth, meta=meta, val=val,
     )
+
+
+def client_names(ds: RawDataset, parts: list[np.ndarray], cfg: ExperimentConfig) -> list[str] | None:
+    """The data's own name of each natural client; a client below partition.min_size is refused."""
+    if ds.group_names is None or cfg.partition.kind != "natural":
+        return None
+    names = [ds.group_names[int(ds.groups[p[0]])] for p in parts]
+    small = [(n, len(p)) for n, p in zip(names, parts, strict=True) if len(p) < cfg.partition.min_size]
+    if small:
+        enough = sum(len(p) >= cfg.partition.min_size for p in parts)
+        raise DataError(f"client '{small[0][0]}' of {ds.name} has {small[0][1]} samples, fewer than partition."
+                        f"min_size={cfg.partition.min_size}; give it more, lower partition.min_size, or set "
+                        f"partition.num_clients={enough} to train only the clients with enough")
+    return names
 
 
 def _jsonable(extras: dict) -> dict:

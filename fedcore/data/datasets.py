@@ -29,7 +29,10 @@ class RawDataset:
 
     x_*: uint8 (N, C, H, W). y_*: int64 (N,) for single-label, uint8 (N, C) for multi-label.
     y_train_noisy: labels from a real-noise file (clothing1m); y_train then holds clean
-    labels where `y_train_known` is True. groups: natural user id per training sample.
+    labels where `y_train_known` is True. groups: natural user id per training sample, an index
+    into group_names when the data names its clients. labels_as_given: synthetic noise is
+    injected on y_train_noisy, not y_train, so trusted labels never reach training (the user's
+    own files). notes: what the run should say about the data (e.g. a noisy held-out test set).
     """
 
     name: str
@@ -48,6 +51,9 @@ class RawDataset:
     asym_map: dict[int, int] | None = None
     flip_ok: bool = False  # may augmentation mirror images? False for digits and text
     extras: dict[str, Any] = field(default_factory=dict)
+    group_names: list[str] | None = None
+    labels_as_given: bool = False
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.class_names:
@@ -182,7 +188,8 @@ def _import_loaders() -> None:
     # `fedcore --help` fast and lets a missing optional piece fail only when used.
     import importlib
 
-    for mod in ("fedcore.data.vision", "fedcore.data.mnist", "fedcore.data.clothing", "fedcore.data.multilabel"):
+    for mod in ("fedcore.data.vision", "fedcore.data.mnist", "fedcore.data.clothing", "fedcore.data.multilabel",
+                "fedcore.data.files"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as err:

@@ -31,6 +31,7 @@ import torch
 
 import fedcore
 from fedcore.data.premise import premise_check
+from fedcore.data.summary import federation_summary
 from fedcore.data.validation import ValidationSet
 from fedcore.errors import ArtifactError
 from fedcore.io import publish_dir, sha256_file
@@ -305,12 +306,27 @@ def scene_report(fed: FederatedDataset) -> dict[str, Any]:
         "num_train": fed.meta["num_train"],
         "num_test": fed.meta["num_test"],
         "noisy_clients": int(np.sum(t.is_noisy_client)),
-        "overall_noise_rate": _f(np.mean(t.is_noisy_sample)),
+        "overall_noise_rate": _overall(t),
         "clients": clients,
         "notes": fed.meta.get("notes", []),
         **({"validation": fed.meta["validation"]} if "validation" in fed.meta else {}),
         **_premise(fed),
+        **_federation(fed),
     }
+
+
+def _federation(fed: FederatedDataset) -> dict[str, Any]:
+    if not fed.meta.get("labels_as_given"):
+        return {}  # built-in datasets: their scene report stays what it was
+    return {"federation": federation_summary(fed)}
+
+
+def _overall(t: GroundTruth) -> float | None:
+    # Real noise is known only on trusted samples: the rate is theirs, None when there are none.
+    if t.y_true_known is None:
+        return _f(np.mean(t.is_noisy_sample))
+    known = np.asarray(t.y_true_known, bool)
+    return _f(np.mean(t.is_noisy_sample[known])) if known.any() else None
 
 
 def _premise(fed: FederatedDataset) -> dict[str, Any]:

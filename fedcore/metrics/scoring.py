@@ -37,6 +37,10 @@ class Scorer:
         self.parts = [np.asarray(p) for p in fed.client_indices]
         self.y_orig = fed.y_train.numpy()
         self.multi = fed.task == "multi"
+        # Real noise knows the truth only where a trusted label exists: scores use those samples alone,
+        # and with none at all the scores are absent rather than a misleading 0.
+        known = self.truth.y_true_known
+        self.known = np.ones(len(self.y_orig), bool) if known is None else np.asarray(known, bool)
         # Per client: which samples sit in a (client, given label) group where noise outnumbers
         # the clean labels; detection F1 is also reported within those samples and within the rest.
         self.majority = None if self.multi else [
@@ -46,14 +50,14 @@ class Scorer:
         out: dict[str, float] = {}
         if est.client_rate:
             out.update(self.rates(est.client_rate))
-        if est.client_noisy:
+        if est.client_noisy and self.known.any():
             cids = sorted(est.client_noisy)
             prf = binary_prf([est.client_noisy[c] for c in cids], self.truth.is_noisy_client[cids])
             out.update({f"detect/client_{k}": v for k, v in prf.items()})
         for name, masks in est.sample_noisy.items():
             prefix = "detect/sample" if name == "main" else f"detect/{name}/sample"
             out.update({f"{prefix}_{k}": v for k, v in self.samples(masks).items()})
-        if est.labels and not self.multi:
+        if est.labels and not self.multi and self.known.any():
             out.update({f"relabel/{k}": v for k, v in self.relabels(est.labels).items()})
         return out
 
@@ -61,8 +65,11 @@ class Scorer:
         cids = sorted(client_rate)
         est = np.array([client_rate[c] for c in cids], dtype=float)
         out = {f"noise/rate_est/client_{c:02d}": float(client_rate[c]) for c in cids}
-        stats = rate_pearson_mae(est, self.truth.realized_rate[cids])
-        out.update({"noise/rate_pearson": stats["pearson"], "noise/rate_mae": stats["mae"]})
+        true = np.asarray(self.truth.realized_rate, dtype=float)[cids]
+        scored = np.isfinite(true)  # NaN: a client without a single trusted label
+        if scored.any():
+            stats = rate_pearson_mae(est[scored], true[scored])
+            out.update({"noise/rate_pearson": stats["pearson"], "noise/rate_mae": stats["mae"]})
         return out
 
     def samples(self, masks: dict[int, np.ndarray]) -> dict[str, float]:
@@ -71,22 +78,28 @@ class Scorer:
         whose label NMI exceeds its noise NMI is sorting classes, not noise. Single-label runs
         also get pooled P/R/F1 within noise-majority (client, label) groups (*_majority) and
         within the other groups (*_minority)."""
-        per = [binary_prf(m, self.truth.is_noisy_sample[self.parts[c]]) for c, m in masks.items()]
+        keep = {c: self.known[self.parts[c]] for c in masks}
+        scored = [c for c in masks if keep[c].any()]
+        if not scored:
+            return {}
+        per = [binary_prf(np.asarray(masks[c], bool)[keep[c]], self.truth.is_noisy_sample[self.parts[c]][keep[c]])
+               for c in scored]
         out = {k: float(np.mean([p[k] for p in per])) for k in ("precision", "recall", "f1")}
-        pooled_pred = np.concatenate([np.asarray(masks[c], bool) for c in masks])
-        pooled_true = np.concatenate([self.truth.is_noisy_sample[self.parts[c]] for c in masks])
+        pooled_pred = np.concatenate([np.asarray(masks[c], bool)[keep[c]] for c in masks])
+        pooled_true = np.concatenate([self.truth.is_noisy_sample[self.parts[c]][keep[c]] for c in masks])
         out["f1_pooled"] = binary_prf(pooled_pred, pooled_true)["f1"]
         if not self.multi:
-            given = np.concatenate([self.y_orig[self.parts[c]] for c in masks])
+            given = np.concatenate([self.y_orig[self.parts[c]][keep[c]] for c in masks])
             out["label_nmi"] = flag_dependence(pooled_pred, given)
             out["noise_nmi"] = flag_dependence(pooled_pred, pooled_true)
-            out.update(split_prf(pooled_pred, pooled_true, np.concatenate([self.majority[c] for c in masks])))
+            out.update(split_prf(pooled_pred, pooled_true, np.concatenate([self.majority[c][keep[c]] for c in masks])))
         return out
 
     def relabels(self, labels: dict[int, np.ndarray]) -> dict[str, float]:
         idx = np.concatenate([self.parts[c] for c in labels])
         after = np.concatenate([np.asarray(labels[c]) for c in labels])
-        return relabel_metrics(self.y_orig[idx], after, self.truth.y_true[idx])
+        k = self.known[idx]
+        return relabel_metrics(self.y_orig[idx][k], after[k], self.truth.y_true[idx][k])
 
 
 class Evaluator:

@@ -118,6 +118,22 @@ def confusion_figure(matrix: Sequence[Sequence[int]], class_names: Sequence[str]
     return fig
 
 
+def client_class_figure(counts: Sequence[Sequence[int]], clients: Sequence[str], classes: Sequence[str]) -> Figure:
+    """Samples per client (rows) and class (columns) of a federation, as `fedcore data inspect` draws it."""
+    m = np.asarray(counts, dtype=float)
+    k, c = m.shape
+    fig, ax = plt.subplots(figsize=(min(0.35 * c + 3.0, 16.0), min(0.3 * k + 2.0, 16.0)))
+    shown = ax.imshow(m, cmap="viridis", aspect="auto", interpolation="nearest")
+    fig.colorbar(shown, ax=ax, label="samples")
+    ax.set(xlabel="class", ylabel="client", title=f"{k} clients x {c} classes")
+    # Names only where they stay legible; beyond that the axes count.
+    if c <= 40:
+        ax.set_xticks(range(c), [str(n) for n in classes], rotation=90 if c > 8 else 0)
+    if k <= 60:
+        ax.set_yticks(range(k), [str(n) for n in clients])
+    return fig
+
+
 def curves_figure(history: Sequence[dict[str, Any]], title: str = "", task: str = "single") -> Figure:
     """Accuracy (mAP for multi-label `task`) and losses per round; dotted lines mark stage changes."""
     present = [(k, label) for k, label in curves_for(task) if any(_finite(r.get(k)) for r in history)]
