@@ -8,6 +8,10 @@ import torch
 # Tests run tiny models: intra-op threads only add contention on small CI machines.
 # Subprocesses (kfp.local tasks, servers) inherit the env var.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# pytest-xdist's workers start with COLUMNS=80, which the CLI's consoles (made at import) would take over the
+# piped width the tests read, as a run without xdist does (fedcore/cli/console.py).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
 torch.set_num_threads(1)
 
 pytest_plugins = [
