@@ -210,8 +210,11 @@ def _real_scene(
     flags = (y_real != y) & known
     realized = np.array([flags[p][known[p]].mean() if known[p].any() else np.nan for p in parts])
     k = len(parts)
+    # A client is noisy when its trusted samples show noise (an annotator who agrees with every audit is
+    # clean); one without trusted samples has a NaN rate, and the client scores leave it out.
+    noisy = np.nan_to_num(realized, nan=0.0) > 0
     return NoiseScene(
-        y, y_real.copy(), flags, np.ones(k, dtype=bool), ["real"] * k, realized.copy(), realized,
+        y, y_real.copy(), flags, noisy, ["real"] * k, realized.copy(), realized,
         y_true_known=known,
         notes=["real noise: y_true is known only where a clean label exists"],
     )

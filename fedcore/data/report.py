@@ -37,13 +37,13 @@ def print_federation(summary: dict[str, Any], console: Console) -> None:
     agree = summary["trusted_agreement"]
     table = Table(title=f"{len(summary['clients'])} clients, {sum(c['size'] for c in summary['clients'])} "
                         f"training samples, {summary['num_test']} test")
-    for col in ("client", "size", "classes", *(("trusted", "agree") if agree else ())):
+    for col in ("client", "size", "classes", *(("trusted", "agree %") if agree else ())):
         table.add_column(col, justify="left" if col == "client" else "right")
     for c in summary["clients"]:
         extra = []
         if agree:
             mine = agree["clients"].get(c["client"], {})
-            extra = [str(mine.get("trusted", 0)), "-" if mine.get("agree") is None else f"{mine['agree']:.3f}"]
+            extra = [str(mine.get("trusted", 0)), "-" if mine.get("agree") is None else f"{100 * mine['agree']:.1f}"]
         table.add_row(c["client"], str(c["size"]), str(c["classes"]), *extra)
     console.print(table)
     hist = summary["label_histogram"]

@@ -50,8 +50,9 @@ class Scorer:
         out: dict[str, float] = {}
         if est.client_rate:
             out.update(self.rates(est.client_rate))
-        if est.client_noisy and self.known.any():
-            cids = sorted(est.client_noisy)
+        # Clients whose truth is known: all under synthetic noise, those with trusted samples under real noise.
+        cids = [c for c in sorted(est.client_noisy) if np.isfinite(self.truth.realized_rate[c])]
+        if cids:
             prf = binary_prf([est.client_noisy[c] for c in cids], self.truth.is_noisy_client[cids])
             out.update({f"detect/client_{k}": v for k, v in prf.items()})
         for name, masks in est.sample_noisy.items():

@@ -153,3 +153,13 @@ def test_real_noise_uses_file_labels():
     assert s.y_noisy.tolist() == [0, 2, 2, 1]
     assert s.is_noisy_sample.tolist() == [False, True, False, True]
     assert s.realized_rate[0] == pytest.approx(2 / 3)
+
+
+def test_real_noise_marks_a_client_noisy_by_its_trusted_samples_and_leaves_one_without_any_unknown():
+    y = np.array([0, 1, 2, 3, 0, 1, 2, 3])
+    noisy = np.array([0, 1, 2, 3, 1, 1, 0, 0])  # client 0 agrees with every label; 1 and 2 do not
+    known = np.array([True, True, True, True, True, True, False, False])
+    parts = [np.arange(4), np.array([4, 5]), np.array([6, 7])]
+    s = inject_noise(y, parts, NoiseConfig(type="real"), C, 0, y_real_noisy=noisy, y_true_known=known)
+    assert s.is_noisy_client.tolist() == [False, True, False]
+    assert s.realized_rate[:2].tolist() == [0.0, 0.5] and np.isnan(s.realized_rate[2])

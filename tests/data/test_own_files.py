@@ -16,6 +16,7 @@ from fedcore.config import DataConfig, ExperimentConfig
 from fedcore.data.build import build_federated_dataset
 from fedcore.data.datasets import load_dataset
 from fedcore.data.federated import scene_report
+from fedcore.engine.types import Estimates
 from fedcore.errors import GroundTruthAccessError
 from fedcore.io import storage
 from fedcore.metrics.scoring import Scorer
@@ -186,6 +187,20 @@ def test_detection_is_scored_on_trusted_samples_only(tmp_path):
     masks = {c: noisy[p] | ~known[p] for c, p in enumerate(fed.client_indices)}
     out = Scorer(fed).samples(masks)
     assert out["precision"] == out["recall"] == out["f1_pooled"] == 1.0
+
+
+def test_client_detection_is_scored_on_clients_with_trusted_samples(tmp_path):
+    df = table_rows(tmp_path)
+    alice, carol = df.client == "alice", df.client == "carol"
+    df.loc[alice & (df.trusted != ""), "label"] = df.trusted  # alice agrees with every audit: a clean client
+    df.loc[carol, "trusted"] = ""  # nobody audited carol: her truth is unknown
+    fed = build_federated_dataset(cfg_for("table", write_table(tmp_path, df=df)))
+    names = fed.meta["client_names"]
+    truth = dict(zip(names, fed.truth.is_noisy_client.tolist(), strict=True))
+    assert truth["alice"] is False and truth["bob"] is True
+    # Flagging every client: alice is a false positive, carol is not scored at all.
+    out = Scorer(fed)(Estimates(client_noisy={c: True for c in range(fed.num_clients)}), 0)
+    assert out["detect/client_precision"] == 0.5 and out["detect/client_recall"] == 1.0
 
 
 def test_without_trusted_labels_the_truth_metrics_are_absent(tmp_path):
