@@ -151,7 +151,7 @@ def assemble(cfg: DataConfig, rec: Records, multi: bool = False, classes: Sequen
     tr = np.flatnonzero(~test)
     tr = tr[cap_indices(len(tr), cfg.max_train)]
     te = np.flatnonzero(test)
-    x_train, x_test = _images(cfg, rec, tr), _images(cfg, rec, te)
+    x_train, x_test = one_channel_if_grey(_images(cfg, rec, tr), _images(cfg, rec, te))
     y_given, known = _targets(rec, tr, index, multi), trusted[tr] >= 0
     groups, group_names = None, None
     if rec.clients is not None:
@@ -182,6 +182,17 @@ def read_image(name: str, path: Path, size: int) -> np.ndarray:
         raise DataError(f"{name}: image '{path}' cannot be read ({type(err).__name__}); replace or remove it") \
             from None
     return arr.transpose(2, 0, 1)
+
+
+def one_channel_if_grey(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both splits with one channel when every decoded image is grey (R = G = B), else as they are:
+    image files decode as RGB, and a grey dataset would hand the model three copies of one channel."""
+    def grey(x: np.ndarray) -> bool:
+        return x.shape[1] == 3 and bool((x[:, 0] == x[:, 1]).all() and (x[:, 1] == x[:, 2]).all())
+
+    if grey(x_train) and grey(x_test):
+        return x_train[:, :1].copy(), x_test[:, :1].copy()
+    return x_train, x_test
 
 
 def _images(cfg: DataConfig, rec: Records, idx: np.ndarray) -> np.ndarray:

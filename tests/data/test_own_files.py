@@ -95,13 +95,22 @@ def cfg_for(name: str, root: Path, **over) -> ExperimentConfig:
 def test_imagefolder_with_clients_and_test_folder(tmp_path):
     ds = load_dataset(DataConfig(name="imagefolder", root=str(write_tree(tmp_path / "tree")), image_size=8))
     assert ds.class_names == list(CLASSES) and ds.num_classes == 3
-    assert ds.x_train.shape == (3 * (5 + 6 + 7), 3, 8, 8) and ds.x_test.shape == (6, 3, 8, 8)
+    # Grey files (R = G = B) give one channel, as the models of grey benchmarks get.
+    assert ds.x_train.shape == (3 * (5 + 6 + 7), 1, 8, 8) and ds.x_test.shape == (6, 1, 8, 8)
     assert ds.group_names == list(CLIENTS)
     np.testing.assert_array_equal(np.bincount(ds.groups), [15, 18, 21])
     np.testing.assert_array_equal(ds.y_test, [0, 0, 1, 1, 2, 2])
     assert ds.x_train[ds.y_train == 1].min() == ds.x_train[ds.y_train == 1].max() == shade(1)  # resized, intact
     np.testing.assert_array_equal(ds.y_train_noisy, ds.y_train)
     assert not ds.y_train_known.any() and ds.notes == []
+
+
+def test_one_coloured_image_keeps_three_channels_for_both_splits(tmp_path):
+    root = write_tree(tmp_path / "tree")
+    Image.fromarray(np.full((8, 8, 3), (200, 10, 10), np.uint8)).save(root / "test" / "cat" / "red.png")
+    ds = load_dataset(DataConfig(name="imagefolder", root=str(root), image_size=8))
+    assert ds.x_train.shape[1] == ds.x_test.shape[1] == 3
+    assert ((ds.x_test[:, 0] == 200) & (ds.x_test[:, 1] == 10)).all(axis=(1, 2)).sum() == 1  # the red one
 
 
 def test_imagefolder_without_clients_or_test_holds_out_a_noisy_test_set(tmp_path, caplog):
