@@ -1,4 +1,5 @@
-"""Every component, run by kfp.local on tiny digits, chained the way the pipelines chain them.
+"""Every component, run by kfp.local on a user's tiny table (the newest of two snapshots, as a retrain
+reads it), chained the way the pipelines chain them.
 
 kfp.local cannot hand a finished task's artifact to a separately called task, so the
 components run inside one small test pipeline, shaped like the sweep (one loop iteration,
@@ -16,6 +17,7 @@ from components import champion, compare, evaluate, latest_snapshot, prepare_dat
 from fedcore.pipeline.plan import config_input
 from fedcore.registries import config_from_dict
 from pipelines.runner import run_local
+from tests.data.test_own_files import write_table
 
 PNG = b"\x89PNG"
 
@@ -41,9 +43,11 @@ def _output(root: Path, task: str, name: str) -> Path:
 
 def test_every_component_under_kfp_local(tmp_path):
     (tmp_path / "snapshots" / "2024-01-01").mkdir(parents=True)
-    newest = tmp_path / "snapshots" / "2024-02-01"
-    newest.mkdir()
-    cfg = config_from_dict(tiny_config(tmp_path, experiment="components"))
+    newest = write_table(tmp_path / "snapshots" / "2024-02-01")  # a snapshot is the user's own files
+    data = tiny_config(tmp_path, experiment="components")
+    data.update(data={"name": "table", "image_size": 8}, partition={"kind": "natural", "num_clients": 3,
+                                                                   "min_size": 2}, noise={"type": "real"})
+    cfg = config_from_dict(data)
     inputs = {"config": config_input(cfg), "overrides": []}
     settings = [{"setting": "tiny", "overrides": []}]
 
