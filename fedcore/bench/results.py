@@ -168,7 +168,7 @@ def write_results(grid: Grid, out: Path, cli_set: list[str],
 
     scenes = {}
     for name in grid.scenes:
-        recorded = with_run_threads(grid, name, cli_set)  # the pipeline's bench (selection.py) pins no threads
+        recorded = with_run_threads(grid, name, cli_set)
         scenes[name] = scene_result(grid, out, name, recorded)
         if left and name in left:
             scenes[name]["still_to_run"] = dict(left[name])
