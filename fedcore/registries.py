@@ -78,21 +78,38 @@ def _stage_names_of_every_method(cfg: ExperimentConfig) -> set[str]:
     return out
 
 
+def _file_datasets(cfg: ExperimentConfig) -> str:
+    from fedcore.data.datasets import available_datasets, reads_root
+
+    return ", ".join(n for n in available_datasets() if reads_root(cfg.data.model_copy(update={"name": n})))
+
+
 def check_data_root(cfg: ExperimentConfig) -> ExperimentConfig:
     """Refuse a data.root the dataset never reads (digits comes from scikit-learn): it was ignored
     without a word, so a user who pointed it at their own files trained on the bundled ones.
 
     Called where a user's config and --set arrive (load_config, `fedcore pipeline`), not in
-    `validate`: the retrain pipeline sets data.root to its newest snapshot for any dataset.
+    `validate`: a pipeline task's config may carry a root its dataset reads only with the snapshot
+    (check_snapshot_root refuses the others).
     """
-    from fedcore.data.datasets import available_datasets, reads_root
+    from fedcore.data.datasets import reads_root
 
     if cfg.data.root and not reads_root(cfg.data):
-        files = [n for n in available_datasets() if reads_root(cfg.data.model_copy(update={"name": n}))]
         raise ConfigError(f"data.root '{cfg.data.root}' is set, but dataset '{cfg.data.name}' is bundled (built "
                           f"from scikit-learn's digits) and reads no files; drop data.root, or choose a dataset "
-                          f"read from files ({', '.join(files)})")
+                          f"read from files ({_file_datasets(cfg)})")
     return cfg
+
+
+def check_snapshot_root(cfg: ExperimentConfig, prefix: str) -> None:
+    """Refuse a retrain's data prefix for a dataset that reads no files: each snapshot would become a
+    data.root it ignores, and 'retrain on the newest data' would train on the bundled data again."""
+    from fedcore.data.datasets import reads_root
+
+    if prefix and not reads_root(cfg.data.model_copy(update={"root": prefix})):
+        raise ConfigError(f"data prefix '{prefix}': dataset '{cfg.data.name}' is bundled and reads no files, so "
+                          f"its snapshots would be ignored; retrain without a data prefix, or on a dataset read "
+                          f"from files ({_file_datasets(cfg)})")
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -7,6 +7,7 @@ from components import champion, latest_snapshot, prepare_data, start_tracking
 from fedcore.config import ExperimentConfig
 from fedcore.pipeline.plan import apply, config_input, require_served_model, stage_shape
 from fedcore.pipeline.resources import PipelineResources
+from fedcore.registries import check_snapshot_root
 from pipelines.common import EXPERIMENT_RUN, evaluation, exit_task, light, stage_chain
 
 
@@ -17,6 +18,7 @@ def build(cfg: ExperimentConfig, res: PipelineResources | None = None, data_pref
     res = res or PipelineResources()
     run_cfg = apply(cfg, overrides)
     require_served_model(run_cfg)
+    check_snapshot_root(run_cfg, data_prefix)  # compile time; the tasks check a run-time prefix (inputs.resolve)
     config_default, method, shape = config_input(cfg), run_cfg.method.name, stage_shape(run_cfg)
     default_model = model_name or f"fedcore-{run_cfg.data.name}-{method}"
     default_overrides = list(overrides)

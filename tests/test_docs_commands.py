@@ -18,7 +18,7 @@ from fedcore.cli import _click_error_types, app, main
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/usage.md", "docs/configuration.md", "docs/reliability.md", "docs/deploy.md",
-         "docs/bench.md", "docs/results/tuning.md", "docs/federation.md")
+         "docs/bench.md", "docs/results/tuning.md", "docs/federation.md", "docs/pipelines.md")
 FENCE = re.compile(r"```(?:bash|sh)\n(.*?)```", re.S)
 INLINE = re.compile(r"`((?:fedcore|make|python) [^`]+)`")
 PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_]{2,}\b|\.\.\.")  # CONFIG, RUN_DIR, NAME, "..."

@@ -19,6 +19,8 @@ from typing import Any
 from fedcore.bench.grid import Grid, Scene
 
 SETTINGS = ("default", "tuned")
+# The CPU threads `fedcore bench` runs every job on (runner.execute), as the tuning page's runs had.
+RUN_THREADS = 1
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ from typing import Any
 
 from fedcore.bench.choice import choose
 from fedcore.bench.grid import Grid, keys_under
-from fedcore.bench.plan import SETTINGS, diverged_marker, shared_overrides
+from fedcore.bench.plan import RUN_THREADS, SETTINGS, diverged_marker, shared_overrides
 from fedcore.bench.sweepfile import SweepScene, federation, read_tunes, sweep_text, write_if_changed
+from fedcore.data.files import HELD_OUT_NOTE
 from fedcore.registries import load_config
 
+HELD_OUT = HELD_OUT_NOTE.split("{n}")[0]  # how the data's note on a held-out test split begins
 # Row field -> the metrics.json summary key, {m} the scene's metric (acc, or mAP).
 FIELDS = {"val_acc_last10": "final/val_{m}_last10", "acc_last10": "final/{m}_last10",
           "acc_best": "final/{m}_best", "acc_at_val_best": "final/{m}_at_val_best"}
@@ -87,7 +89,21 @@ def tuned_params(grid: Grid, out: Path, scene: str) -> dict[str, dict[str, Any]]
 def scene_result(grid: Grid, out: Path, scene: str, cli_set: list[str] | None = None) -> dict[str, Any]:
     rows, metric = scene_rows(grid, out, scene)
     return {**choose(rows, grid.seeds), "metric": metric, "config": grid.scenes[scene].config,
-            **scene_overrides(grid, scene, cli_set or []), "tuned": tuned_params(grid, out, scene), "rows": rows}
+            **scene_overrides(grid, scene, cli_set or []), "tuned": tuned_params(grid, out, scene), "rows": rows,
+            "test_notes": test_notes(out, scene, grid.seeds)}
+
+
+def test_notes(out: Path, scene: str, seeds: list[int]) -> list[str]:
+    """What the reporting seeds' artifacts say of their test split (their meta's notes), each once: a split held
+    out of the labels as given makes every test column a score against labels as noisy as training's."""
+    notes: list[str] = []
+    for seed in seeds:
+        try:
+            meta = json.loads((out / scene / f"data-s{seed}" / "manifest.json").read_text())["meta"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a seed not prepared yet (--so-far) has nothing to say
+        notes += [n for n in meta.get("notes", []) if n.startswith(HELD_OUT) and n not in notes]
+    return notes
 
 
 def scene_overrides(grid: Grid, scene: str, cli_set: list[str]) -> dict[str, list[str]]:
@@ -126,6 +142,15 @@ def write_sweep(grid: Grid, out: Path, scene: str, cli_set: list[str], choice: s
     return path
 
 
+def with_run_threads(grid: Grid, scene: str, cli_set: list[str]) -> list[str]:
+    """--set as the scene's record gives it: with the thread count every job ran on, unless the scene's set or
+    --set names one (a config's train.threads wins inside a run). A CPU sums in another order on another
+    number of threads, so without it `fedcore run --sweep` repeated a row's accuracy but not its digits."""
+    if keys_under([*grid.scenes[scene].set, *cli_set], ("train.threads",)):
+        return cli_set
+    return [*cli_set, f"train.threads={RUN_THREADS}"]
+
+
 def report_labels(rows: list[dict[str, Any]]) -> dict[str, str]:
     """Run dir -> its group in the scene's report, 'ROW (default)' or 'ROW (tuned)', for every run that
     did not diverge: a variant row keeps its name (fedgr-robust, not fedgr with its params)."""
@@ -143,10 +168,11 @@ def write_results(grid: Grid, out: Path, cli_set: list[str],
 
     scenes = {}
     for name in grid.scenes:
-        scenes[name] = scene_result(grid, out, name, cli_set)
+        recorded = with_run_threads(grid, name, cli_set)
+        scenes[name] = scene_result(grid, out, name, recorded)
         if left and name in left:
             scenes[name]["still_to_run"] = dict(left[name])
-        sweep = write_sweep(grid, out, name, cli_set, scenes[name]["choice"], scenes[name]["choice_setting"])
+        sweep = write_sweep(grid, out, name, recorded, scenes[name]["choice"], scenes[name]["choice_setting"])
         labels = report_labels(scenes[name]["rows"])
         report = write_report(list(labels), out / name / "report", labels) if labels else None
         scenes[name]["sweep"] = str(sweep) if sweep else None

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from fedcore.bench.plan import Job, diverged_marker, is_done
+from fedcore.bench.plan import RUN_THREADS, Job, diverged_marker, is_done
 from fedcore.bench.stale import refuse_stale
 from fedcore.data.build import build_federated_dataset
 from fedcore.errors import DivergedError
@@ -53,7 +53,7 @@ def execute(job: Job) -> str:
 
     job.out.parent.mkdir(parents=True, exist_ok=True)
     log = job.out.parent / f"{job.out.name}.log"
-    with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f), cpu_threads(1):
+    with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f), cpu_threads(RUN_THREADS):
         return _tune(job) if job.kind == "tune" else _run(job)
 
 

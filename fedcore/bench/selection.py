@@ -65,7 +65,7 @@ def selected_run(rows: Iterable[Mapping[str, Any]], choice: str | None,
 def scene_result(grid: Grid, out: Path, scene: str, records: Iterable[Mapping[str, Any]],
                  config: str, overrides: Iterable[str] = ()) -> dict[str, Any]:
     """bench.json's entry for `scene`, its tunes written under OUT/SCENE and its sweep file beside them."""
-    from fedcore.bench.results import report_labels, scene_overrides, tuned_params, write_sweep
+    from fedcore.bench.results import report_labels, scene_overrides, tuned_params, with_run_threads, write_sweep
     from fedcore.io import atomic_write_bytes
 
     rows, tunes = split_records(records)
@@ -75,9 +75,10 @@ def scene_result(grid: Grid, out: Path, scene: str, records: Iterable[Mapping[st
     metric = "mAP" if any(r.get("metric") == "mAP" for r in rows) else "acc"
     rows = sorted(({k: v for k, v in r.items() if k != "metric"} for r in rows),
                   key=lambda r: (r["method"], r["setting"], r["seed"]))
+    recorded = with_run_threads(grid, scene, list(overrides))  # its tasks run each job on one thread too
     result = {**choose(rows, grid.seeds), "metric": metric, "config": config,
-              **scene_overrides(grid, scene, list(overrides)), "tuned": tuned_params(grid, out, scene), "rows": rows}
-    sweep = write_sweep(grid, out, scene, list(overrides), result["choice"], result["choice_setting"])
+              **scene_overrides(grid, scene, recorded), "tuned": tuned_params(grid, out, scene), "rows": rows}
+    sweep = write_sweep(grid, out, scene, recorded, result["choice"], result["choice_setting"])
     result["sweep"] = str(sweep) if sweep else None
     result["report"] = _report(report_labels(rows), out / scene / "report")
     return result

@@ -115,6 +115,13 @@ def partial_note(name: str, scene: Scene) -> str | None:
             "its rows, verdicts and choice may change.")
 
 
+def test_caveats(scene: Scene) -> list[str]:
+    """A line per note of the data on its test split (bench.json's `test_notes`): a split held out of noisy labels
+    makes every test column below a score against noisy labels, and the reader must know before reading one."""
+    return [f"Caveat (the data): {note}; the test columns score those labels, the choice reads validation only."
+            for note in scene.get("test_notes", [])]
+
+
 def methods_of(scene: Scene) -> list[str]:
     return sorted({r["method"] for r in scene["rows"]})
 
@@ -134,10 +141,10 @@ def scene_table(name: str, scene: Scene) -> str:
 
 def scene_body(scene: Scene, name: str) -> str:
     """The scene's table, ranking line and FedAvg's reference line (what a page prints under its own
-    heading), after the partial note of a scene with work left."""
+    heading), after the partial note of a scene with work left and the data's caveats."""
     metric = scene.get("metric", "acc")
     best, val = reference(scene)
-    lines = [f"{note}\n" for note in [partial_note(name, scene)] if note]
+    lines = [f"{note}\n" for note in [partial_note(name, scene), *test_caveats(scene)] if note]
     lines += [f"| method | trials | default last-10 | default {metric}@val | tuned last-10 | tuned {metric}@val "
               f"| tuned > FedAvg test-best | tuned > FedAvg {metric}@val | seeds, notes |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -172,7 +179,7 @@ def seed_table(scene: Scene, name: str) -> str:
     def line(label: str, cells: Mapping[int, str], vals: Sequence[float]) -> str:
         return f"| {label} | " + " | ".join(cells.get(s, "-") for s in seeds) + f" | {fmt(vals)} |"
 
-    lines = [f"{note}\n" for note in [partial_note(name, scene)] if note]
+    lines = [f"{note}\n" for note in [partial_note(name, scene), *test_caveats(scene)] if note]
     lines += ["| row | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |", "|---" * (len(seeds) + 2) + "|",
               line("FedAvg test-best (bar)", {s: f"{100 * v:.1f}" for s, v in best.items()}, list(best.values())),
               line(f"FedAvg {metric}@val (bar)", {s: f"{100 * v:.1f}" for s, v in val.items()}, list(val.values()))]

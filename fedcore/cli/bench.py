@@ -77,6 +77,9 @@ def bench(
     result = write_results(g, out, cli_set, left)
     for name, scene in result["scenes"].items():
         console.print(choice_line(name, scene), markup=False, highlight=False, soft_wrap=True)
+        for note in scene["test_notes"]:  # test labels as noisy as training's: every test score reads them
+            console.print(f"{name}: caveat from the data: {note}; the test scores read those labels",
+                          markup=False, highlight=False, soft_wrap=True)
     if left:
         console.print(f"partial: {sum(s['tune_trials'] for s in left.values())} tune trials and "
                       f"{sum(s['runs'] for s in left.values())} runs still to run (the same command without "

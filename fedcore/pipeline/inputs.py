@@ -23,7 +23,7 @@ import yaml
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError
 from fedcore.pipeline.plan import apply, check_own_overrides, run_overrides, shared_data, stage_names
-from fedcore.registries import config_from_dict
+from fedcore.registries import check_snapshot_root, config_from_dict
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,7 @@ def resolve(inp: RunInputs) -> ExperimentConfig:
             cfg = apply(base, run_overrides(base, setting, method, seed, _method_overrides(inp.setting, method)))
         else:
             cfg = apply(base, setting)
+    check_snapshot_root(cfg, inp.data_root)  # a run-time data_prefix reaches the tasks here, not at compile time
     return apply(cfg, [f"data.root={inp.data_root}"]) if inp.data_root else cfg
 
 

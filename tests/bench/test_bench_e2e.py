@@ -71,7 +71,8 @@ def test_bench_json_holds_the_choice_rows_and_tuned_params(bench):
     assert len(scene["means"]) == 4 and scene["runner_up"] != scene["choice"]
     # The scene the rows trained on: every method's overrides of its config, in bench.json and the sweep file.
     tiny = load_grid(GRID).scenes["quickstart-tiny"]
-    assert scene["set"] == [*(o for o in tiny.set if not o.startswith("tracking.")), "data.validation.fraction=0.1"]
+    assert scene["set"] == [*(o for o in tiny.set if not o.startswith("tracking.")), "train.threads=1",
+                            "data.validation.fraction=0.1"]
     assert scene["seed_keys"] == []
     assert set(scene["tuned"]["fedprox"]["best_params"]) >= {"train.lr", "method.params.mu"}
     spec = load_sweep_spec(scene["sweep"])

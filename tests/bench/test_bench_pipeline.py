@@ -106,7 +106,7 @@ def test_the_choice_is_choose_over_the_rows_and_the_sweep_file_records_it(local_
     assert spec.selected_setting == scene["choice_setting"] and spec.scene.name == SCENE
     # The scene's and --set's overrides, less tracking keys (the pipeline's own MLflow store is no part of it).
     assert spec.scene.set == scene["set"] == ["train.rounds=2", "train.device=cpu", "train.memorization=false",
-                                              "data.validation.fraction=0.1"]
+                                              "train.threads=1", "data.validation.fraction=0.1"]
     assert any(o.startswith("method.params.mu=") for o in spec.method_overrides["fedprox"])
     # Every run of seed 0 trained on the one shared artifact, never a copy of its own.
     shas = {json.loads((Path(r["run"]) / "metrics.json").read_text())["data_sha256"] for r in scene["rows"]}

@@ -1,4 +1,5 @@
-"""Every component, run by kfp.local on tiny digits, chained the way the pipelines chain them.
+"""Every component, run by kfp.local on a user's tiny table (the newest of two snapshots under an s3://
+prefix, as a retrain reads it), chained the way the pipelines chain them.
 
 kfp.local cannot hand a finished task's artifact to a separately called task, so the
 components run inside one small test pipeline, shaped like the sweep (one loop iteration,
@@ -13,9 +14,12 @@ from kfp import dsl
 from mlflow import MlflowClient
 
 from components import champion, compare, evaluate, latest_snapshot, prepare_data, run_stage, start_tracking
+from fedcore.data.federated import FederatedDataset
+from fedcore.io import storage
 from fedcore.pipeline.plan import config_input
 from fedcore.registries import config_from_dict
 from pipelines.runner import run_local
+from tests.data.test_own_files import table_rows, write_table
 
 PNG = b"\x89PNG"
 
@@ -39,11 +43,17 @@ def _output(root: Path, task: str, name: str) -> Path:
     return hit
 
 
-def test_every_component_under_kfp_local(tmp_path):
-    (tmp_path / "snapshots" / "2024-01-01").mkdir(parents=True)
-    newest = tmp_path / "snapshots" / "2024-02-01"
-    newest.mkdir()
-    cfg = config_from_dict(tiny_config(tmp_path, experiment="components"))
+def test_every_component_under_kfp_local(tmp_path, s3_bucket):
+    # The user's table in two snapshots under an s3:// prefix; the older one is smaller (9 rows a client to train).
+    prefix = f"s3://{s3_bucket}/snapshots/"
+    older = tmp_path / "older"
+    storage.upload_dir(write_table(older, df=table_rows(older, n_per=4)), prefix + "2024-01-01")
+    storage.upload_dir(write_table(tmp_path / "newer"), prefix + "2024-02-01")
+    newest = prefix + "2024-02-01"
+    data = tiny_config(tmp_path, experiment="components")
+    data.update(data={"name": "table", "image_size": 8, "cache_dir": str(tmp_path / "cache")},
+                partition={"kind": "natural", "num_clients": 3, "min_size": 2}, noise={"type": "real"})
+    cfg = config_from_dict(data)
     inputs = {"config": config_input(cfg), "overrides": []}
     settings = [{"setting": "tiny", "overrides": []}]
 
@@ -52,7 +62,7 @@ def test_every_component_under_kfp_local(tmp_path):
         track = start_tracking(**inputs, pipeline="components", job_id="job-1", methods=["fedavg"],
                                settings=settings).outputs["tracking"]
         with dsl.ParallelFor(settings) as setting:
-            snap = latest_snapshot(prefix=str(tmp_path / "snapshots")).outputs["Output"]
+            snap = latest_snapshot(prefix=prefix).outputs["Output"]
             prep = prepare_data(**inputs, setting=setting, data_root=snap)
             data = prep.outputs["dataset"]
             run = {**inputs, "setting": setting, "methods": ["fedavg"], "seeds": [0], "slot": 0, "slots": 1,
@@ -75,6 +85,7 @@ def test_every_component_under_kfp_local(tmp_path):
     root = tmp_path / "root"
     dataset = _output(root, "prepare-data", "dataset")
     assert json.loads((dataset / "manifest.json").read_text())["files"]["data.pt"] == record["data_sha256"]
+    assert len(FederatedDataset.load(dataset).y_train) == 3 * 15  # the newer snapshot's rows (the older's: 27)
     assert (_output(root, "prepare-data", "report") / "scene.png").read_bytes()[:4] == PNG
     assert (_output(root, "run-stage", "checkpoint") / "checkpoints" / "stage-train.pt").is_file()
     figures = _output(root, "evaluate", "figures")
@@ -87,7 +98,7 @@ def test_every_component_under_kfp_local(tmp_path):
     child = client.get_run(record["run_id"])
     parent = client.get_run(child.data.tags["mlflow.parentRunId"])
     assert (child.info.status, parent.info.status) == ("FINISHED", "FINISHED")
-    assert child.data.params["data.root"] == str(newest)  # trained on the newest snapshot
+    assert child.data.params["data.root"].rstrip("/") == newest  # trained on the newest snapshot
     assert child.data.tags["setting"] == "tiny" and child.data.tags["retrain.decision"] == "promoted"
     assert client.get_model_version_by_alias("tiny-model", "champion").run_id == record["run_id"]
     assert parent.data.tags["kfp.run_id"] == "job-1" and child.data.tags["kfp.task"] == "fedavg-evaluate"

@@ -77,7 +77,7 @@ def test_submit_passes_set_methods_and_seeds_as_run_time_inputs(kfp_api, tmp_pat
 def test_schedule_creates_one_at_a_time_recurring_run_without_catchup(kfp_api, capsys):
     kfp_api.experiments["fedcore"] = "exp-9"  # an existing experiment is reused, not re-created
     code, out, _ = _cli(["pipeline", "schedule", "retrain", QUICK, "--host", kfp_api.url, "--cron", "0 0 2 * * *",
-                         "--data-prefix", "s3://bucket/snapshots/"], capsys)
+                         "--data-prefix", "s3://bucket/snapshots/", "--set", "data.name=table"], capsys)
 
     assert code == 0, out
     assert "rr-7" in out
@@ -101,6 +101,10 @@ def test_schedule_creates_one_at_a_time_recurring_run_without_catchup(kfp_api, c
     (["pipeline", "run", "experiment", "--local", "--package", "missing.yaml"], "not found"),
     (["pipeline", "run", "experiment", QUICK, "--local", "--package", QUICK], "drop the config argument"),
     (["pipeline", "compile", "experiment", QUICK, "--resource", "memory_limit=1Mi"], "below"),
+    # bundled digits reads no files: a snapshot prefix would be ignored, not retrained on
+    (["pipeline", "run", "retrain", QUICK, "--local", "--data-prefix", "s3://b/snapshots/"], "reads no files"),
+    (["pipeline", "schedule", "retrain", QUICK, "--host", "http://x:1", "--cron", "0 0 2 * * *",
+      "--data-prefix", "s3://b/snapshots/"], "its snapshots would be ignored"),
 ])
 def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
     code, _, err = _cli(argv, capsys)

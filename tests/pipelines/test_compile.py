@@ -193,7 +193,9 @@ def test_retrain_refuses_a_config_that_logs_no_served_model():
 
 
 def test_retrain_runs_on_parameters_and_never_caches_the_decision(tmp_path):
-    _, spec, _ = _compile("retrain", tmp_path, data_prefix="s3://bucket/snapshots/", model_name="digits-champ")
+    # A snapshot prefix needs a dataset read from files (bundled digits would ignore it: refused below).
+    _, spec, _ = _compile("retrain", tmp_path, data_prefix="s3://bucket/snapshots/", model_name="digits-champ",
+                          overrides=("data.name=table",))
     params = spec.root.input_definitions.parameters
     tasks = _tasks(spec)
 
@@ -204,6 +206,14 @@ def test_retrain_runs_on_parameters_and_never_caches_the_decision(tmp_path):
     names = {tid: name for name, tid in _ids(spec).items()}
     assert {names[d] for d in tasks["champion"].dependent_tasks} >= {"fedavg-evaluate", "fedavg-train",
                                                                      "latest-snapshot"}
+
+
+def test_retrain_refuses_a_snapshot_prefix_for_a_dataset_that_reads_no_files(tmp_path):
+    from fedcore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="dataset 'digits' is bundled and reads no files, so its snapshots"):
+        _compile("retrain", tmp_path, data_prefix="s3://bucket/snapshots/")
+    assert not (tmp_path / "retrain.yaml").exists()
 
 
 def test_workers_2_makes_every_stage_task_submit_a_valid_trainjob(tmp_path):
