@@ -45,6 +45,11 @@ def portable(scene: dict[str, Any], name: str, source: Path) -> dict[str, Any]:
     return {**scene, **{f: under_out(scene.get(f), n, name, source) for f, n in SCENE_PATHS}, "rows": rows}
 
 
+def same_results(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two scene records hold the same results, whichever commit last wrote each bench.json."""
+    return {k: v for k, v in a.items() if k != "commit"} == {k: v for k, v in b.items() if k != "commit"}
+
+
 def grid_difference(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
 
@@ -75,7 +80,7 @@ def join_records(sources: Sequence[str | Path], scenes: Sequence[str] | None = N
                                   "or leave it out with --scenes")
             scene = portable(scene, name, f)
             if name in found:
-                if scene == found[name]:  # the same results twice: a record and the OUT it was taken from
+                if same_results(scene, found[name]):  # a record and the OUT it was taken from
                     continue
                 raise ConfigError(f"scene '{name}' is in both '{origin[name]}' and '{f}', with different results; "
                                   "keep one with --scenes")

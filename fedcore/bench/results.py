@@ -1,7 +1,7 @@
 """What a bench grid leaves behind: bench.json, a tuned sweep file and a report per scene.
 
     OUT/bench.json                  scenes.<name>: choice and choice_setting, runner_up, margin, means, set,
-                                    seed_keys, rows, tuned
+                                    seed_keys, rows, tuned, test_notes, commit (the code that wrote it)
     OUT/SCENE/tuned_sweep.yaml      the scene's tuned settings, its choice and federation (sweepfile.py's format)
     OUT/SCENE/report/report.md      `fedcore report` over the scene's runs
     OUT/SCENE/table.md              the scene's table in docs/results/tuning.md's format (tables.py)
@@ -24,6 +24,7 @@ from fedcore.bench.plan import RUN_THREADS, SETTINGS, diverged_marker, shared_ov
 from fedcore.bench.sweepfile import SweepScene, federation, read_tunes, sweep_text, write_if_changed
 from fedcore.data.files import HELD_OUT_NOTE
 from fedcore.registries import load_config
+from fedcore.tracking import git_commit
 
 HELD_OUT = HELD_OUT_NOTE.split("{n}")[0]  # how the data's note on a held-out test split begins
 # Row field -> the metrics.json summary key, {m} the scene's metric (acc, or mAP).
@@ -90,7 +91,7 @@ def scene_result(grid: Grid, out: Path, scene: str, cli_set: list[str] | None = 
     rows, metric = scene_rows(grid, out, scene)
     return {**choose(rows, grid.seeds), "metric": metric, "config": grid.scenes[scene].config,
             **scene_overrides(grid, scene, cli_set or []), "tuned": tuned_params(grid, out, scene), "rows": rows,
-            "test_notes": test_notes(out, scene, grid.seeds)}
+            "test_notes": test_notes(out, scene, grid.seeds), "commit": git_commit()}
 
 
 def test_notes(out: Path, scene: str, seeds: list[int]) -> list[str]:

@@ -30,7 +30,8 @@ RECORDS = {"quickstart": ["quickstart"], "digits_pairflip20": ["digits-pairflip2
            "fmnist_fedsir_09": ["fedsir_09"], "fmnist_fedharmony_scenes": ["fedharmony_scenes"],
            "fmnist_fedgr": ["fedgr_sym", "fedgr_mixed"],
            "fmnist_fedrg": ["fedrg_sym_localized", "fedrg_pair_localized", "fedrg_sym_globalized",
-                            "fedrg_pair_globalized"]}
+                            "fedrg_pair_globalized"],
+           "crowd": ["crowd"]}
 SHIPPED = {("quickstart", "quickstart"): "configs/sweeps/quickstart_tuned.yaml",
            ("fmnist_fedsir_09", "fedsir_09"): "configs/sweeps/fmnist_fedsir_09_tuned.yaml",
            ("fmnist_fedharmony_scenes", "fedharmony_scenes"): "configs/sweeps/fmnist_fedharmony_scenes_tuned.yaml",

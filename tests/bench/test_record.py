@@ -14,6 +14,7 @@ from fedcore import cli
 from fedcore.bench.grid import load_grid
 from fedcore.bench.record import join_records
 from fedcore.errors import ConfigError
+from fedcore.tracking import git_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = sorted((ROOT / "docs/results/bench").glob("*.json"))
@@ -96,6 +97,17 @@ def test_a_record_joins_a_later_part_and_can_be_rewritten_in_place(parts, tmp_pa
     cli.main(["bench-record", str(low), "--out", str(rec)])
     cli.main(["bench-record", str(rec), str(low), str(high), "--out", str(rec)])
     assert rec.read_text() == both.read_text()
+
+
+def test_each_scene_names_the_commit_that_wrote_it_and_a_later_commit_alone_is_the_same_results(parts, tmp_path):
+    _, low, _ = parts
+    scene = json.loads((low / "bench.json").read_text())["scenes"]["low"]
+    assert scene["commit"] == git_commit() and scene["commit"] != "unknown"
+    later = json.loads((low / "bench.json").read_text())
+    later["scenes"]["low"]["commit"] = "0" * 40  # the same OUT, bench.json rewritten by later code
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    joined, origin = join_records([low, tmp_path / "later.json"])
+    assert joined["scenes"]["low"]["commit"] == scene["commit"] and origin["low"] == low / "bench.json"
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda p: p.name)
