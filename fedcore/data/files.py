@@ -23,9 +23,7 @@ Without a test split in the data, one is held out of the data's own (noisy) labe
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,13 +31,12 @@ import numpy as np
 import pandas as pd  # pandas and pyarrow come pinned with mlflow (docker/requirements.lock)
 import torch
 import torch.nn.functional as F
-from PIL import Image, UnidentifiedImageError
 from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
 
 from fedcore.config import DataConfig
 from fedcore.data.clothing import cap_indices
 from fedcore.data.datasets import RawDataset, register_dataset, resolve_root, stratified_split
-from fedcore.data.vision import channel_stats
+from fedcore.data.vision import channel_stats, read_images
 from fedcore.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -170,20 +167,6 @@ def assemble(cfg: DataConfig, rec: Records, multi: bool = False, classes: Sequen
 # -- images --------------------------------------------------------------------------------------
 
 
-def read_image(name: str, path: Path, size: int) -> np.ndarray:
-    """Decode one image file as uint8 RGB (3, size, size), whatever its size and mode."""
-    try:
-        with Image.open(path) as im:
-            im.draft("RGB", (size, size))  # JPEG decodes at a reduced scale directly: much faster
-            arr = np.asarray(im.convert("RGB").resize((size, size), Image.Resampling.BILINEAR))
-    except FileNotFoundError:
-        raise DataError(f"{name}: image '{path}' is missing; fix the path or add the file") from None
-    except (OSError, SyntaxError, ValueError, UnidentifiedImageError) as err:
-        raise DataError(f"{name}: image '{path}' cannot be read ({type(err).__name__}); replace or remove it") \
-            from None
-    return arr.transpose(2, 0, 1)
-
-
 def one_channel_if_grey(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Both splits with one channel when every decoded image is grey (R = G = B), else as they are:
     image files decode as RGB, and a grey dataset would hand the model three copies of one channel."""
@@ -198,17 +181,8 @@ def one_channel_if_grey(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.nda
 def _images(cfg: DataConfig, rec: Records, idx: np.ndarray) -> np.ndarray:
     if isinstance(rec.x, np.ndarray):
         return resize(rec.x[idx], cfg.image_size)
-    size = cfg.image_size or DEFAULT_SIZE
-    out = np.empty((len(idx), 3, size, size), dtype=np.uint8)
-
-    def one(k: int) -> None:
-        out[k] = read_image(cfg.name, rec.x[idx[k]], size)
-
-    # Pillow releases the GIL while decoding, so threads scale with the cores there are.
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        for _ in pool.map(one, range(len(idx))):
-            pass
-    return out
+    return read_images(cfg.name, [rec.x[i] for i in idx], cfg.image_size or DEFAULT_SIZE,
+                       missing="fix the path or add the file", broken="replace or remove it")
 
 
 def resize(x: np.ndarray, size: int | None) -> np.ndarray:

@@ -24,10 +24,7 @@ flair    Apple's ml-flair release: labels_and_metadata.json (a list of {image_id
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +34,7 @@ from fedcore.config import DataConfig
 from fedcore.data import mosaic, scenes, scenes_v3  # noqa: F401  (registers the mosaics; the loader hook imports this)
 from fedcore.data.clothing import cap_indices
 from fedcore.data.datasets import RawDataset, register_dataset, resolve_root
-from fedcore.data.vision import channel_stats
+from fedcore.data.vision import channel_stats, read_images
 from fedcore.errors import DataError
 
 DEFAULT_SIZE = 64
@@ -49,35 +46,6 @@ FLAIR_EXPECTED = "labels_and_metadata.json and small_images/<image_id>.jpg (labe
 
 
 # -- images ------------------------------------------------------------------------------
-
-
-def read_rgb(name: str, path: Path, size: int) -> np.ndarray:
-    """Decode one image as uint8 RGB (3, size, size)."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            im.draft("RGB", (size, size))  # JPEG decodes at a reduced scale directly: much faster
-            arr = np.asarray(im.convert("RGB").resize((size, size), Image.Resampling.BILINEAR))
-    except FileNotFoundError:
-        raise DataError(f"{name}: image '{path}' is missing; copy the dataset's full image folder") from None
-    except (OSError, SyntaxError, ValueError, UnidentifiedImageError) as err:
-        raise DataError(f"{name}: image '{path}' is truncated or not an image ({type(err).__name__}); "
-                        "replace it with the official file") from None
-    return arr.transpose(2, 0, 1)
-
-
-def read_images(name: str, paths: Sequence[Path], size: int) -> np.ndarray:
-    """uint8 (N, 3, size, size), decoded in threads (Pillow releases the GIL while decoding)."""
-    out = np.empty((len(paths), 3, size, size), dtype=np.uint8)
-
-    def one(i: int) -> None:
-        out[i] = read_rgb(name, paths[i], size)
-
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        for _ in pool.map(one, range(len(paths))):
-            pass
-    return out
 
 
 def assemble(cfg: DataConfig, classes: list[str], train: tuple[list[Path], np.ndarray],

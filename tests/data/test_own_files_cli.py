@@ -128,7 +128,7 @@ def _no_path(root: Path) -> dict:
 
 
 BAD = {
-    "unreadable image": ("imagefolder", _unreadable, "dog/2.png' cannot be read"),
+    "unreadable image": ("imagefolder", _unreadable, "dog/2.png' is truncated or not an image"),
     "empty class folder": ("imagefolder", _empty_class, "Found no valid file for the classes emu"),
     "label outside the classes": ("arrays", _outside, "label 3 in 'data.npz' is outside the 3 classes"),
     "unknown trusted label": ("table", _trusted_unknown, "trusted label 'yak' (sample 4"),
