@@ -1,5 +1,5 @@
 """The pipelines on the user's own federation from an s3:// prefix: the local experiment pipeline trains a
-table uploaded there, and a run-time snapshot for a dataset that reads no files is refused by the first task
+folder tree, a table and arrays uploaded there, and a run-time snapshot for a dataset that reads no files is refused by the first task
 that gets it. (A retrain on the newest s3:// snapshot of a user's table runs every retrain component in
 tests/components/test_components.py.)"""
 
@@ -20,28 +20,35 @@ from fedcore.pipeline.inputs import RunInputs
 from fedcore.pipeline.plan import config_input
 from fedcore.registries import config_from_dict
 from tests.components.test_components import tiny_config
-from tests.data.test_own_files import CLIENTS, write_table
+from tests.data.test_own_files import CLIENTS, write_npz, write_table, write_tree
 
 
-def own_config(tmp_path: Path, root: str) -> dict:
-    """The user's table at `root` (their clients, labels as given), 2 rounds."""
-    return {"data": {"name": "table", "root": root, "image_size": 8, "cache_dir": str(tmp_path / "cache")},
+# data.name -> (writes the source into a folder, the test split's size: its own, or None when held out)
+SOURCES = {"table": (write_table, 9), "imagefolder": (write_tree, 6), "arrays": (write_npz, None)}
+
+
+def own_config(tmp_path: Path, root: str, name: str = "table") -> dict:
+    """The user's files at `root` (their clients, labels as given), 2 rounds."""
+    return {"data": {"name": name, "root": root, "image_size": 8, "cache_dir": str(tmp_path / "cache")},
             "partition": {"kind": "natural", "num_clients": 3, "min_size": 2}, "noise": {"type": "real"},
             "model": {"name": "mlp"}, "method": {"name": "fedavg"},
             "train": {"rounds": 2, "local_epochs": 1, "batch_size": 8, "lr": 0.05, "device": "cpu"}}
 
 
-def test_the_local_experiment_pipeline_trains_a_users_table_from_an_s3_prefix(s3_bucket, tmp_path, capsys):
-    root = f"s3://{s3_bucket}/mine"
-    storage.upload_dir(write_table(tmp_path / "src"), root)
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_the_local_experiment_pipeline_trains_each_source_from_an_s3_prefix(name, s3_bucket, tmp_path, capsys):
+    write, num_test = SOURCES[name]
+    root = f"s3://{s3_bucket}/{name}"
+    storage.upload_dir(write(tmp_path / "src"), root)
     config = tmp_path / "mine.yaml"
-    config.write_text(yaml.safe_dump(own_config(tmp_path, root)))
+    config.write_text(yaml.safe_dump(own_config(tmp_path, root, name)))
     out = tmp_path / "run"
     main(["pipeline", "run", "experiment", str(config), "--local", "--out", str(out), "--no-tracking"])
     printed = capsys.readouterr().out
     assert "fedavg-train: success" in printed and "fedavg-evaluate: success" in printed
     fed = FederatedDataset.load(next(out.glob("kfp/**/prepare-data/dataset")))
-    assert sorted(fed.meta["client_names"]) == list(CLIENTS) and len(fed.y_test) == 9  # the table's own split
+    assert sorted(fed.meta["client_names"]) == list(CLIENTS)
+    assert len(fed.y_test) == num_test if num_test else any("held out" in n for n in fed.meta["notes"])
     (record,) = [json.loads(p.read_text()) for p in out.glob("kfp/**/record.json")]
     assert record["data_sha256"] == fed.sha256 and 0.0 <= record["summary"]["final/acc"] <= 1.0
 
