@@ -1,7 +1,7 @@
 """The pipelines on the user's own federation from an s3:// prefix: the local experiment pipeline trains a
-folder tree, a table and arrays uploaded there, and a run-time snapshot for a dataset that reads no files is refused by the first task
-that gets it. (A retrain on the newest s3:// snapshot of a user's table runs every retrain component in
-tests/components/test_components.py.)"""
+folder tree, a table and arrays uploaded there, and a run-time snapshot for a dataset that reads no files is
+refused by the first task that gets it. (A retrain on the newest s3:// snapshot of a user's table runs every
+retrain component in tests/components/test_components.py.)"""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from fedcore.pipeline.plan import config_input
 from fedcore.registries import config_from_dict
 from tests.components.test_components import tiny_config
 from tests.data.test_own_files import CLIENTS, write_npz, write_table, write_tree
-
 
 # data.name -> (writes the source into a folder, the test split's size: its own, or None when held out)
 SOURCES = {"table": (write_table, 9), "imagefolder": (write_tree, 6), "arrays": (write_npz, None)}
