@@ -21,29 +21,34 @@ from pathlib import Path
 from fedcore.bench.plan import RUN_THREADS, Job, diverged_marker, is_done
 from fedcore.bench.stale import refuse_stale
 from fedcore.data.build import build_federated_dataset
+from fedcore.data.federated import FederatedDataset
 from fedcore.errors import DivergedError
 from fedcore.registries import load_config
 
 
-def prepare_data(jobs: list[tuple[Path, str, list[str]]], say: Callable[[str], None]) -> None:
-    """Each seed's shared artifact, as `fedcore data prepare` writes it; kept when already there."""
+def prepare_data(jobs: list[tuple[Path, str, list[str]]], say: Callable[[str], None],
+                 built: dict[Path, FederatedDataset] | None = None) -> None:
+    """Each seed's shared artifact, as `fedcore data prepare` writes it; kept when already there.
+    built: artifacts check_data already built in memory, saved as they are rather than built again."""
+    built = built or {}
     for path, config, overrides in jobs:
         if (path / "manifest.json").is_file():
             continue
         say(f"bench: preparing {path}")
-        build_federated_dataset(load_config(config, overrides)).save(path)
+        (built.get(path) or build_federated_dataset(load_config(config, overrides))).save(path)
 
 
-def check_data(jobs: list[tuple[Path, str, list[str]]]) -> None:
+def check_data(jobs: list[tuple[Path, str, list[str]]]) -> dict[Path, FederatedDataset]:
     """What preparing the data would refuse (files under data.root, the partition, the noise scene the
-    dataset can give), for `fedcore bench --dry-run`: each scene's first artifact still to prepare is
-    built in memory and dropped. One per scene, since these checks do not depend on the seed."""
-    checked: set[Path] = set()
+    dataset can give), before anything is written (a dry run too): each scene's first artifact still to
+    prepare is built in memory, and returned for prepare_data to save. One per scene, since these checks
+    do not depend on the seed."""
+    built: dict[Path, FederatedDataset] = {}
     for path, config, overrides in jobs:
-        if path.parent in checked or (path / "manifest.json").is_file():
+        if path.parent in {p.parent for p in built} or (path / "manifest.json").is_file():
             continue
-        checked.add(path.parent)
-        build_federated_dataset(load_config(config, overrides))
+        built[path] = build_federated_dataset(load_config(config, overrides))
+    return built
 
 
 def execute(job: Job) -> str:

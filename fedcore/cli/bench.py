@@ -60,8 +60,8 @@ def bench(
     first, after = plan_grid(g, out, cli_set)
     all_jobs = [*first, *(j for js in after.values() for j in js)]
     refuse_stale(all_jobs)  # before a dry run too: it would count another grid's runs as done
-    if not so_far:  # what preparing the data would refuse, refused before anything is written (a dry run too)
-        check_data(data_jobs(g, out, cli_set))
+    # What preparing the data would refuse, refused before anything is written (a dry run too).
+    built = {} if so_far else check_data(data_jobs(g, out, cli_set))
     if dry_run:
         print_todo(all_jobs, jobs, out)
         return
@@ -70,7 +70,7 @@ def bench(
         raise UserError(f"no run of this grid has finished in '{out}' yet; --so-far writes results from "
                         "finished runs (`--dry-run` shows what is left)")
     if not so_far:
-        prepare_data(data_jobs(g, out, cli_set), say=say)
+        prepare_data(data_jobs(g, out, cli_set), say=say, built=built)
         with grid_progress(all_jobs, progress, say, err_console, workers=jobs) as done:
             run_jobs(first, after, jobs, done)
     left = scene_left(todo) if so_far else None

@@ -49,3 +49,19 @@ def test_a_dry_run_of_a_good_grid_on_the_same_data_passes(fmnist_grid, tmp_path,
     cli.main(["bench", str(fmnist_grid), "--out", str(tmp_path / "out"), "--dry-run"])
     assert "fm │ fedavg │ 0/1 │ 0/1 │ 0/1" in " ".join(capsys.readouterr().out.split())
     assert not (tmp_path / "out" / "fm").exists()  # it checked the data and kept none of it
+
+
+def test_the_artifact_the_check_built_is_saved_not_built_again(fmnist_grid, tmp_path, monkeypatch):
+    from fedcore.bench import runner
+    from fedcore.bench.grid import load_grid
+    from fedcore.bench.plan import data_jobs
+
+    builds = []
+    real = runner.build_federated_dataset
+    monkeypatch.setattr(runner, "build_federated_dataset", lambda cfg: builds.append(cfg.seed) or real(cfg))
+    jobs = data_jobs(load_grid(fmnist_grid), tmp_path / "out", [])
+    built = runner.check_data(jobs)
+    assert list(built) == [jobs[0][0]] and len(builds) == 1  # one artifact per scene, before anything is written
+    assert not any(path.exists() for path, _, _ in jobs)
+    runner.prepare_data(jobs, say=lambda _: None, built=built)
+    assert len(builds) == len(jobs) == 2 and all((path / "manifest.json").is_file() for path, _, _ in jobs)
