@@ -34,6 +34,7 @@ import numpy as np
 from fedcore.config import DataConfig
 from fedcore.data.datasets import RawDataset, register_dataset, stratified_split
 from fedcore.errors import ConfigError
+from fedcore.stats.correlation import phi
 
 NUM_DIGITS, TILES, TILE = 10, 4, 8
 _SALT_SPEC, _SALT_DRAW, _SALT_DEGRADE = 0x3051, 0x3052, 0x3053
@@ -150,12 +151,6 @@ def group_moments(spec: MosaicSpec) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(ps), np.stack(pps)
 
 
-def phi_from_moments(p: np.ndarray, joint: np.ndarray) -> np.ndarray:
-    """Phi correlation (C, C) from exact marginals p (C,) and pair probabilities joint (C, C)."""
-    sd = np.sqrt(p * (1 - p))
-    return (joint - np.outer(p, p)) / np.outer(sd, sd)
-
-
 @register_dataset("digits_mosaic", params=DEFAULTS, reads_root=False)
 def load_digits_mosaic(cfg: DataConfig) -> RawDataset:
     """Multi-label 16x16 digit mosaics, one co-occurrence pattern per group (see module doc)."""
@@ -193,8 +188,8 @@ def load_digits_mosaic(cfg: DataConfig) -> RawDataset:
         y_test=tiles_to_labels(t_test), num_classes=NUM_DIGITS, task="multi", mean=mean, std=std,
         groups=g_train, flip_ok=False,
         extras={
-            "true_corr": phi_from_moments(p_g.mean(axis=0), pp_g.mean(axis=0)),
-            "true_group_corr": np.stack([phi_from_moments(a, b) for a, b in zip(p_g, pp_g, strict=True)]),
+            "true_corr": phi(p_g.mean(axis=0), pp_g.mean(axis=0)),
+            "true_group_corr": np.stack([phi(a, b) for a, b in zip(p_g, pp_g, strict=True)]),
             "group_pairs": spec.pairs, "strength": spec.strength, "max_extra": spec.max_extra,
             "occlude": occlude, "pixel_noise": pixel_noise,
         },

@@ -77,23 +77,21 @@ from fedcore.methods.registry import register
 from fedcore.stats.correlation import (
     alignment_gap,
     alpha_schedule,
-    block_mask,
-    caa_weights,
-    default_num_blocks,
-    phi_correlation,
-    refreshed_phi,
-    scale_grad,
-    spectral_blocks,
-)
-from fedcore.stats.correlation_v3 import (
     annotated,
+    block_mask,
     block_norm,
+    caa_weights,
     consensus,
+    default_num_blocks,
     ecl_diagnostics,
     entry_weights,
     masked_bce,
+    phi_correlation,
+    refreshed_phi,
     relative_gamma,
+    scale_grad,
     score_moments,
+    spectral_blocks,
 )
 from fedcore.train.local import predict_client
 from fedcore.train.params import load_params_

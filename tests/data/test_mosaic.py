@@ -11,14 +11,13 @@ from fedcore.data.mosaic import (
     draw_tiles,
     group_moments,
     make_spec,
-    phi_from_moments,
     render,
     tiles_to_labels,
 )
 from fedcore.data.partition import partition
 from fedcore.errors import ConfigError
 from fedcore.registries import config_from_dict
-from fedcore.stats.correlation import phi_correlation
+from fedcore.stats.correlation import phi, phi_correlation
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +64,7 @@ def test_exact_moments_match_a_large_sample():
     y = tiles_to_labels(draw_tiles(spec, np.zeros(200_000, dtype=np.int64), np.random.default_rng(0)))
     np.testing.assert_allclose(y.mean(axis=0), p[0], atol=0.005)
     np.testing.assert_allclose(y.T.astype(float) @ y / len(y), pp[0], atol=0.005)
-    np.testing.assert_allclose(np.diag(phi_from_moments(p[0], pp[0])), 1.0)
+    np.testing.assert_allclose(np.diag(phi(p[0], pp[0])), 1.0)
 
 
 def test_realized_cooccurrence_per_client_matches_its_spec(big):

@@ -84,7 +84,7 @@ def test_bce_mask_drops_never_annotated_labels_from_the_local_loss(fed):
     x = batch.x.requires_grad_(False)
     logits = method.model(x)
     logits.retain_grad()
-    from fedcore.stats.correlation_v3 import masked_bce
+    from fedcore.stats.correlation import masked_bce
 
     masked_bce(logits, batch.y, extras["keep"]).backward()
     assert torch.all(logits.grad[:, 3] == 0)
