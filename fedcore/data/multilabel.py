@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fedcore.config import DataConfig
-from fedcore.data import mosaic, scenes, scenes_v3  # noqa: F401  (registers the mosaics; the loader hook imports this)
+from fedcore.data import mosaic, scenes  # noqa: F401  (registers the mosaics; the loader hook imports this)
 from fedcore.data.clothing import cap_indices
 from fedcore.data.datasets import RawDataset, register_dataset, resolve_root
 from fedcore.data.vision import channel_stats, read_images
