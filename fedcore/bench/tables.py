@@ -27,6 +27,7 @@ from typing import Any
 
 from fedcore.bench.choice import among_of
 from fedcore.errors import ConfigError
+from fedcore.stats.summary import mean_std
 
 REFERENCE = "fedavg"  # the method every verdict is against
 Scene = Mapping[str, Any]  # bench.json's scenes.<name>: metric, rows, tuned
@@ -46,8 +47,8 @@ def fmt(vals: Sequence[float]) -> str:
     """'71.2 ± 3.4' in % (sample std), one value without the ±, '-' for none."""
     if not vals:
         return "-"
-    mean = 100 * statistics.fmean(vals)
-    return f"{mean:.1f} ± {100 * statistics.stdev(vals):.1f}" if len(vals) > 1 else f"{mean:.1f}"
+    mean, sd = mean_std(vals)
+    return f"{100 * mean:.1f} ± {100 * sd:.1f}" if len(vals) > 1 else f"{100 * mean:.1f}"
 
 
 def verdict(mine: Mapping[int, Mapping], ref: Mapping[int, float], key: str) -> str:
@@ -234,8 +235,8 @@ def figure_data(scenes: Mapping[str, Scene]) -> tuple[dict, dict, str]:
         for m in methods_of(scene):
             for setting in ("default", "tuned"):
                 if vals := col(seeds_of(scene, m, setting), "acc_last10"):
-                    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-                    rows.setdefault(m, {})[setting] = (100 * statistics.fmean(vals), 100 * sd)
+                    mean, sd = mean_std(vals)
+                    rows.setdefault(m, {})[setting] = (100 * mean, 100 * sd)
         panels[title(name, scene)] = rows
         best, val = reference(scene)
         if best:

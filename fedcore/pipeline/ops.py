@@ -17,6 +17,7 @@ from fedcore.errors import ArtifactError
 from fedcore.io import write_bytes
 from fedcore.pipeline.inputs import RunInputs, check_stages, resolve, slot_of
 from fedcore.pipeline.plan import stage_names
+from fedcore.stats.summary import mean_std
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -187,7 +188,7 @@ def plot_metric(records: list[dict[str, Any]]) -> str:
 def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep") -> str:
     """Mean ± std over the seeds of one config per (method, setting): writes compare.md/.json/.png,
     returns the Markdown table (with a note for labels that hold several configs)."""
-    from fedcore.reporting.compare import comparison_rows, group_records, mean_std, merge_notes
+    from fedcore.reporting.compare import comparison_rows, group_records, merge_notes
     from fedcore.reporting.plots import compare_figure, save
 
     if not rows:

@@ -1,4 +1,5 @@
-"""Compare finished runs: a table of final metrics, grouped into mean ± std over seeds.
+"""Compare finished runs: a table of final metrics, grouped into mean ± std over seeds
+(`stats.summary.mean_std`: the sample std).
 
 Runs are averaged together only when their configs agree on everything but the seed
 (`group_key`); a label (the method, or method · setting) alone never merges them. When
@@ -20,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fedcore.errors import ArtifactError
+from fedcore.stats.summary import mean_std
 
 COLUMNS = [
     ("final/acc_last10", "acc last10"), ("final/acc", "acc final"), ("final/acc_best", "acc best"),
@@ -189,13 +191,6 @@ def budget_notes(records: list[dict[str, Any]], by: str = "method") -> list[str]
     listed = "; ".join(f"{label}: {' | '.join(bs)}" for label, bs in budgets.items() if tuple(bs) != usual)
     listed += f"; the other rows: {' | '.join(usual)}"
     return [f"warning: the rows differ in training budget, so they are not an equal comparison ({listed})"]
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    vals = np.array([v for v in values if v is not None and np.isfinite(v)], dtype=float)
-    if not len(vals):
-        return float("nan"), float("nan")
-    return float(vals.mean()), float(vals.std(ddof=0))
 
 
 def comparison_rows(records: list[dict[str, Any]], by: str = "method") -> tuple[list[str], list[list[str]]]:

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from fedcore.errors import TrackingError, UserError
+from fedcore.stats.summary import mean_std
 
 PLOT_METRIC = "final/acc_last10"
 MULTI_PLOT_METRIC = "final/mAP_last10"
@@ -86,7 +87,7 @@ def _record(row: Any) -> dict[str, Any] | None:
 def compare_experiment(experiment: str, console: Console, uri: str | None = None,
                        out_dir: str | Path = "runs") -> Path:
     """Print the table of `experiment` and write its bar chart into `out_dir`; returns the PNG path."""
-    from fedcore.reporting.compare import budget_notes, comparison_table, group_records, mean_std, merge_notes
+    from fedcore.reporting.compare import budget_notes, comparison_table, group_records, merge_notes
     from fedcore.reporting.plots import compare_figure, save
 
     records = load_records(experiment, uri)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fedcore.reporting.compare import mean_std
+from fedcore.stats.summary import mean_std
 
 # (summary key, header, in %): the last round's value of each.
 DETECTION_COLUMNS = (
@@ -37,7 +37,7 @@ def detection_lines(groups: dict[str, list[dict[str, Any]]]) -> list[str]:
     for g, recs in rows.items():
         lines.append(f"| {g} | " + " | ".join(_cell([r["summary"].get(k) for r in recs], pct) for k, _, pct in cols)
                      + " |")
-    lines += ["", "F1, precision and memorized in %, mean ± population std over seeds; `-`: the method does not "
+    lines += ["", "F1, precision and memorized in %, mean ± sample std over seeds; `-`: the method does not "
               "log it. "
               "Memorized: the global model's share of noisy training samples predicted as their noisy label. "
               "A label NMI above the noise NMI: the detector's flags follow the given class, not the noise."]

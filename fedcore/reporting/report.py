@@ -26,8 +26,9 @@ import numpy as np
 
 from fedcore.errors import ArtifactError, UserError
 from fedcore.reporting import compare
-from fedcore.reporting.compare import budget_notes, budget_of, group_key, group_records, load_run, mean_std
+from fedcore.reporting.compare import budget_notes, budget_of, group_key, group_records, load_run
 from fedcore.reporting.detection_table import detection_lines
+from fedcore.stats.summary import mean_std
 
 SETTING_PREFIXES = ("data.", "partition.", "noise.")
 DETECTION = ("detect/client_precision", "detect/client_recall", "detect/client_f1",
@@ -251,7 +252,7 @@ def page(groups: dict[str, list[dict[str, Any]]], records: list[dict[str, Any]],
                      f"| {cell(f'final/{short}_best', recs)} | {cell(f'final/{short}_at_val_best', recs)} "
                      f"| {verdict} |")
     lines.append("")
-    lines.append("Values in %, mean ± population std (ddof 0) over seeds. \"At val-best\": the test score at the "
+    lines.append("Values in %, mean ± sample std (n − 1) over seeds. \"At val-best\": the test score at the "
                  "round the clients' held-out validation split picks (runs with `data.validation`); the best "
                  "round is picked on the test set, an oracle no user has. Budget: the training rounds every "
                  "method is given (`train.rounds`) and its local epochs; \"extra stages\": rounds a method adds "

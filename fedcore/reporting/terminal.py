@@ -15,7 +15,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fedcore.reporting.compare import fedavg_margin, group_records, mean_std
+from fedcore.reporting.compare import fedavg_margin, group_records
+from fedcore.stats.summary import mean_std
 
 # (summary key with {m} for acc or mAP, header); a column shows when some run logged it.
 COLUMNS = (("final/{m}_last10", "last-10"), ("final/{m}_best", "best"), ("final/{m}_best_round", "round"),

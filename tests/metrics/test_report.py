@@ -63,7 +63,9 @@ def test_report_writes_the_page_and_every_figure_it_names(runs, tmp_path):
         assert img.shape[0] > 100 and img.shape[1] > 100 and img.std() > 0  # decodable and not blank
     row = next(line for line in page.splitlines() if line.startswith("| fedsir "))
     acc = [json.loads((r / "metrics.json").read_text())["summary"]["final/acc_last10"] for r in runs[2:]]
-    assert f"{100 * sum(acc) / 2:.1f} ± " in row and "| 0, 1 |" in row
+    # Two seeds: the sample std is |a - b| / sqrt(2), the definition every table states.
+    assert f"{100 * sum(acc) / 2:.1f} ± {100 * abs(acc[0] - acc[1]) / math.sqrt(2):.1f} " in row and "| 0, 1 |" in row
+    assert "mean ± sample std (n − 1) over seeds" in page
 
 
 def test_report_groups_by_the_labels_a_bench_gives(runs, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from fedcore.cli import main
@@ -13,6 +15,11 @@ def _child(tracker, method, setting, seed, acc, rounds=10):
     tracker.log_params({"seed": seed, "train.rounds": rounds, "method.name": method, "git_commit": f"c{seed}"})
     tracker.log_metrics({"final/acc_last10": acc, "final/acc": acc + 0.01}, step=3)
     tracker.end()
+
+
+def _pm(a: float, b: float) -> str:
+    # Two seeds' cell: the sample std of two values is |a - b| / sqrt(2) (the population one would be |a - b| / 2).
+    return f"{(a + b) / 2:.3f} ± {abs(a - b) / math.sqrt(2):.3f}"
 
 
 def test_compare_experiment_groups_seeds_and_writes_a_plot(tmp_path, monkeypatch, capsys):
@@ -29,7 +36,7 @@ def test_compare_experiment_groups_seeds_and_writes_a_plot(tmp_path, monkeypatch
     main(["compare", "--experiment", "cmp"])
 
     out = capsys.readouterr().out
-    assert "fedavg · noisy" in out and "0.850 ± 0.050" in out
+    assert "fedavg · noisy" in out and _pm(0.80, 0.90) in out and "0.850 ± 0.071" in out
     assert "fedprox · noisy" in out and "0.700" in out
     assert out.count("· noisy") == 2  # one row per (method, setting); the parent and the running run are no rows
     png = tmp_path / "runs" / "compare-cmp.png"
@@ -57,7 +64,7 @@ def test_compare_experiment_never_averages_runs_of_different_configs(tmp_path, m
 
     out = capsys.readouterr().out
     assert "fedavg · noisy [train.rounds=30]" in out and "fedavg · noisy [train.rounds=10]" in out
-    assert "0.650 ± 0.050" in out  # the two 10-round seeds; the 30-round run stands alone at 0.800
+    assert _pm(0.60, 0.70) in out  # the two 10-round seeds; the 30-round run stands alone at 0.800
     assert "they differ in train.rounds: 10 | 30" in out
 
 
@@ -77,7 +84,7 @@ def test_compare_run_dirs_groups_by_config_not_by_method_name(tmp_path, capsys):
     main(["compare", *(str(tmp_path / n) for n in "abc")])
 
     out = capsys.readouterr().out
-    assert "fedavg [train.rounds=30]" in out and "fedavg [train.rounds=10]" in out and "0.650 ± 0.050" in out
+    assert "fedavg [train.rounds=30]" in out and "fedavg [train.rounds=10]" in out and _pm(0.6, 0.7) in out
 
 
 def test_compare_experiment_writes_its_plot_under_out_and_says_where(tmp_path, monkeypatch, capsys):
