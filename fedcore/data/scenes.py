@@ -324,7 +324,6 @@ def visible(y: np.ndarray, occlude_p: float, tiles: int, rng: np.random.Generato
     return vis.astype(np.uint8)
 
 
-
 # -- the loader --------------------------------------------------------------------------------
 def _version_params(cfg: DataConfig, version: int | None = None) -> tuple[int, dict]:
     """(version, data.params over that version's defaults); `version` forces one (the old name)."""
@@ -348,7 +347,7 @@ def file_tiles(version: int | None = None) -> Callable[[DataConfig], bool]:
     tiles from scikit-learn (see `tile_pools`). A bad version reads nothing; loading says why."""
     def rule(cfg: DataConfig) -> bool:
         v = version if version is not None else cfg.params.get("version", 2)
-        return {**DEFAULTS.get(v, DEFAULTS[2]), **cfg.params}["tiles"] != "digits"
+        return {**DEFAULTS[v if v in VERSIONS else 2], **cfg.params}["tiles"] != "digits"
 
     return rule
 

@@ -288,6 +288,9 @@ def test_version_picks_the_process_and_the_old_name_loads_version_3():
 def test_a_bad_version_is_refused():
     with pytest.raises(ConfigError, match=r"version 4 is unknown; use one of \[2, 3\]"):
         load_dataset(DataConfig(name="scenes_mosaic", params={"version": 4}))
+    assert not reads_root(DataConfig(name="scenes_mosaic", params={"version": [3]}))  # loading says why
+    with pytest.raises(ConfigError, match=r"version \[3\] is unknown"):
+        load_dataset(DataConfig(name="scenes_mosaic", params={"version": [3]}))
     with pytest.raises(ConfigError, match="fixed by the name"):
         load_dataset(DataConfig(name="scenes_v3", params={"version": 2}))
     # A version-3 param under version 2 names the version it was checked against.
