@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fedcore.errors import ArtifactError, UserError
+from fedcore.metrics.noise import rate_pearson_mae
 from fedcore.reporting import compare
 from fedcore.reporting.compare import budget_notes, budget_of, group_key, group_records, load_run
 from fedcore.reporting.detection_table import detection_lines
@@ -215,7 +216,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, labels: Mappin
     rated = {g: rates for g, recs in groups.items() if (rates := last_rates(recs[0]))}
     if rated:
         g, (true, est) = next(iter(rated.items()))
-        pearson = float(np.corrcoef(true, est)[0, 1]) if len(true) > 1 and np.std(true) and np.std(est) else math.nan
+        pearson = rate_pearson_mae(est, true)["pearson"]  # the Pearson the run logged, with its guards
         plots.save(plots.rate_scatter(true, est, title=f"{g}: last-round estimates, Pearson {pearson:.2f}"),
                    out / "noise_rates.png")
         figures.append(("noise_rates.png", f"Estimated against true noise rate ({g}, seed {groups[g][0].get('seed')})"))
