@@ -126,3 +126,18 @@ def test_methods_do_not_see_the_true_correlation():
     assert "true_corr" in fed.meta["extras"]  # metrics read it
     extras = fed.view().meta["extras"]
     assert "group_pairs" in extras and not any(k.startswith("true_") for k in extras)
+
+
+def test_a_digit_a_group_never_shows_has_zero_correlation_not_nan():
+    # Prepare: every mosaic is one of its group's two pairs (strength 1, no extras), so each group
+    # shows four digits and never the other six (p = 0 there: 0 / 0 without phi's guard).
+    ds = load_dataset(DataConfig(name="digits_mosaic", params={"n_train": 100, "n_test": 50, "pairs_per_group": 2,
+                                                               "strength": 1.0, "max_extra": 0}))
+    r = ds.extras["true_group_corr"][0]
+    (a, b), (c, _) = ds.extras["group_pairs"][0]
+    absent = np.setdiff1d(np.arange(10), ds.extras["group_pairs"][0].ravel())
+    # Assert: the absent digits correlate with nothing; a pair's digits always co-occur (1), and
+    # the two pairs never do (-1).
+    assert not np.isnan(ds.extras["true_group_corr"]).any() and not np.isnan(ds.extras["true_corr"]).any()
+    assert np.all(r[absent] == 0.0) and np.all(r[:, absent] == 0.0)
+    assert r[a, b] == pytest.approx(1.0) and r[a, c] == pytest.approx(-1.0)
