@@ -35,7 +35,7 @@ def phi(p: torch.Tensor | np.ndarray, joint: torch.Tensor | np.ndarray, eps: flo
     p, joint = torch.as_tensor(p), torch.as_tensor(joint)
     # The one guard, for a label that never varies (p = 0 or 1, e.g. a label a client never
     # shows): its variance is floored, so its row is 0 / 1e-6 = 0 (its covariances are 0 too)
-    # where 0 / 0 would give NaN; and sqrt's gradient stays finite near 0, where it is infinite.
+    # where 0 / 0 would give NaN. The floor also keeps sqrt's gradient, infinite at 0, finite.
     sd = torch.sqrt((p * (1 - p)).clamp_min(_VAR_FLOOR))
     r = (joint - p[:, None] * p[None, :]) / (sd[:, None] * sd[None, :] + eps)
     return r.numpy() if as_numpy else r
