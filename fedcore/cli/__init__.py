@@ -12,22 +12,40 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+from typing import Annotated
 
 import typer
 
+from fedcore import __version__
 from fedcore.cli import bench, compare, config, data, deploy, pipeline, quickstart, report, run, tracking, tune
-from fedcore.cli.console import make_console
+from fedcore.cli.console import HELP, make_console
 from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
 from fedcore.errors import Interrupted, UserError
 
 app = typer.Typer(
     name="fedcore",
     help="Federated learning under noisy labels: data, training, pipelines, deployment.",
-    no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Click hands help_option_names down to every subcommand's context: -h works everywhere.
+    context_settings={"help_option_names": ["-h", "--help"]},
+    **HELP,
 )
 err_console = make_console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"fedcore {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="print fedcore's version and exit")] = False,
+) -> None:
+    """Federated learning under noisy labels: data, training, pipelines, deployment."""
 
 app.add_typer(config.app, name="config")
 app.add_typer(data.app, name="data")
@@ -35,6 +53,7 @@ app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(deploy.app, name="deploy")
 app.add_typer(tracking.app, name="tracking")
 app.command("run")(run.run)
+app.command("resume")(run.resume)
 app.command("compare")(compare.compare)
 app.command("quickstart")(quickstart.quickstart)
 app.command("tune")(tune.tune)

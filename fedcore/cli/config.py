@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import ConfigArg, make_console, set_option
+from fedcore.cli.console import ConfigArg, group, make_console, set_option
 from fedcore.errors import UserError
 
-app = typer.Typer(help="Inspect experiment configs.", no_args_is_help=True)
+app = group("Inspect experiment configs.")
 console = make_console()
 
 SetOpt = set_option("dotted override, e.g. noise.rate.max=0.9 (repeatable)")

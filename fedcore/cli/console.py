@@ -17,6 +17,15 @@ from rich.console import Console
 
 PIPED_WIDTH = 160
 
+# Click's plain help, not typer's rich panels: rich cuts a word wider than its column with '…'
+# (an example path, a default) at 80 columns, while click wraps every line within the terminal.
+HELP = {"rich_markup_mode": None, "no_args_is_help": True}
+
+
+def group(help_text: str) -> typer.Typer:
+    """A command group (`fedcore config`, `fedcore data`, ...) with the CLI's help conventions."""
+    return typer.Typer(help=help_text, **HELP)
+
 
 def make_console(stderr: bool = False) -> Console:
     console = Console(stderr=stderr)

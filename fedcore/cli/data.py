@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
+from fedcore.cli.console import ConfigArg, group, local_folder, make_console, set_option
 
-app = typer.Typer(help="Prepare federated, noisy datasets.", no_args_is_help=True)
+app = group("Prepare federated, noisy datasets.")
 console = make_console()
 
 SetOpt = set_option("dotted override, e.g. noise.rate.max=0.9 (repeatable)")

@@ -12,10 +12,11 @@ from typing import Annotated
 
 import typer
 
+from fedcore.cli.console import group
 from fedcore.deploy import env, k8s, stack
 from fedcore.errors import UserError
 
-app = typer.Typer(help="Render, check and smoke-test the Kubernetes deployment (k8s/).", no_args_is_help=True)
+app = group("Render, check and smoke-test the Kubernetes deployment (k8s/).")
 
 
 class Overlay(StrEnum):

@@ -9,10 +9,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
+from fedcore.cli.console import ConfigArg, group, local_folder, make_console, set_option
 from fedcore.errors import ConfigError, UserError
 
-app = typer.Typer(help="Compile, run locally, submit and schedule the Kubeflow pipelines.", no_args_is_help=True)
+app = group("Compile, run locally, submit and schedule the Kubeflow pipelines.")
 console = make_console()
 
 NameArg = Annotated[str, typer.Argument(help="pipeline: experiment, sweep, retrain or bench (then pass a grid)")]

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
+from fedcore.cli.console import local_folder, make_console, set_option
+from fedcore.engine.callbacks import Callback
 
 console = make_console()
 
@@ -30,11 +31,13 @@ def total_rounds(cfg) -> int:
 
 
 def run(
-    config: ConfigArg,
+    config: Annotated[Path | None, typer.Argument(help="experiment YAML, e.g. configs/quickstart.yaml (with "
+                                                  "--resume: optional, RUN's own config.yaml otherwise)")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="run dir (default runs/<method>-<hash>)")] = None,
     set_: SetOpt = None,
     data: Annotated[str | None, typer.Option("--data", help="FederatedDataset artifact dir or s3:// prefix")] = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="continue from this run dir or checkpoint")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="continue this run dir (or checkpoint) with its "
+                                                "own config; a CONFIG given is checked against it")] = None,
     stage: Annotated[list[str] | None, typer.Option("--stage", help="run only these stages (repeatable)")] = None,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="processes for this one run, each training a share "
@@ -48,7 +51,9 @@ def run(
 ) -> None:
     """Run one experiment and write history.csv, metrics.json and model.pt.
 
-    Also the entry point of every rank under `torchrun --nproc-per-node N -m fedcore run CONFIG`.
+    `fedcore run --resume RUN` continues RUN with the config it recorded (--set still applies,
+    e.g. train.rounds=60 to extend it). Also the entry point of every rank under
+    `torchrun --nproc-per-node N -m fedcore run CONFIG`.
     """
     import contextlib
     import os
@@ -61,7 +66,10 @@ def run(
     from fedcore.run import run_experiment
 
     out, resume = local_folder(out), local_folder(resume, "--resume")
+    given, config = config, resumed_config(config, resume)
     set_, cfg = run_config(config, set_, sweep, method)
+    if given is not None and resume is not None:
+        check_resumed_config(given, cfg, resume)
     out = out or resume_run_dir(resume) or Path("runs") / f"{cfg.method.name}-{cfg.config_hash()[:8]}"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out '{out}' is a file; pass a folder for the run")
@@ -79,8 +87,9 @@ def run(
             info = init_distributed(resolve_device(cfg.train.device))
             main = info is None or info.is_main
             try:
-                result = run_experiment(cfg, out, data=data, resume=resume, stages=stage, dist=info,
-                                        callbacks=run_callbacks(cfg, total_rounds(cfg), progress, main=main))
+                cbs = run_callbacks(cfg, total_rounds(cfg), progress, main=main)
+                cbs += [RecordConfig()] if main else []  # last: checkpoints keep callback state by position
+                result = run_experiment(cfg, out, data=data, resume=resume, stages=stage, dist=info, callbacks=cbs)
             finally:
                 shutdown(info)
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM as fedcore.errors.Terminated
@@ -90,6 +99,67 @@ def run(
         if katib_metrics:
             for line in katib_lines(result.summary):
                 print(line, flush=True)
+
+
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="the run dir to continue (the --out of `fedcore run`)")],
+    set_: SetOpt = None,
+    data: Annotated[str | None, typer.Option("--data", help="FederatedDataset artifact dir or s3:// prefix")] = None,
+    stage: Annotated[list[str] | None, typer.Option("--stage", help="run only these stages (repeatable)")] = None,
+    progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, help="processes (torchrun), any number")] = 1,
+) -> None:
+    """Continue an interrupted run, or extend a finished one, with the config it recorded.
+
+    The same as `fedcore run --resume RUN`; --set train.rounds=N trains it further."""
+    run(config=None, resume=run_dir, set_=set_, data=data, stage=stage, progress=progress, nproc=nproc)
+
+
+def resumed_config(config: Path | None, resume: Path | None) -> Path:
+    """The config a run reads: CONFIG when given, else the config.yaml of the run dir --resume names
+    (every run records it when it starts, so an interrupted run has one too)."""
+    from fedcore.errors import UserError
+
+    if config is not None:
+        return config
+    if resume is None:
+        raise UserError("pass the experiment config (fedcore run configs/quickstart.yaml), or --resume RUN "
+                        "to continue a run dir with its own config")
+    run_dir = resume_run_dir(resume)
+    if run_dir is None or not (run_dir / "config.yaml").is_file():
+        where = f"'{run_dir}' holds no config.yaml" if run_dir else f"'{resume}' is not inside a run dir"
+        raise UserError(f"--resume '{resume}': {where} (runs record it since fedcore 0.1; earlier ones did not); "
+                        f"pass the run's config as well: fedcore run CONFIG --resume {resume}")
+    return run_dir / "config.yaml"
+
+
+def check_resumed_config(given: Path, cfg, resume: Path) -> None:
+    """Refuse a CONFIG (with its --set) other than the one the resumed run recorded, naming the keys
+    that differ, before any data is loaded; the round budget may grow, tracking may change.
+    A run without a recorded config is checked against its checkpoint's, when it loads."""
+    from fedcore.errors import UserError
+    from fedcore.registries import load_config
+    from fedcore.reporting.config_diff import resume_mismatch
+
+    run_dir = resume_run_dir(resume)
+    if run_dir is None or not (run_dir / "config.yaml").is_file():
+        return
+    recorded = load_config(run_dir / "config.yaml")
+    if recorded.resume_hash() != cfg.resume_hash():
+        why = resume_mismatch(recorded.resume_dict(), cfg.resume_dict())
+        raise UserError(f"'{given}' is not the config '{run_dir}' ran ({why}); leave the config out to resume with "
+                        "the run's own "
+                        f"(fedcore run --resume {run_dir}; --set train.rounds=N extends it)")
+
+
+class RecordConfig(Callback):
+    """Writes OUT/config.yaml when a run starts, so `fedcore run --resume OUT` finds the config of a
+    run interrupted before its end (which writes it again, with what was resumed)."""
+
+    def on_run_start(self, info: dict[str, Any]) -> None:
+        from fedcore.io import atomic_write_bytes
+
+        atomic_write_bytes(Path(info["out_dir"]) / "config.yaml", info["config"].to_yaml().encode())
 
 
 def run_config(config: Path, set_: list[str] | None, sweep: Path | None, method: str | None) -> tuple[list[str], Any]:

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import make_console
+from fedcore.cli.console import group, make_console
 
-app = typer.Typer(help="Tracking: replay what an outage kept from MLflow.", no_args_is_help=True)
+app = group("Tracking: replay what an outage kept from MLflow.")
 console = make_console()
 
 
