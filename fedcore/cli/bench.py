@@ -10,11 +10,28 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import local_folder, make_console, set_option
+from fedcore.cli.console import (
+    TrackingOpt,
+    TrackingUriOpt,
+    list_option,
+    local_folder,
+    make_console,
+    set_option,
+    split_list,
+    tracking_sets,
+)
 
 console = make_console()
 err_console = make_console(stderr=True)
 SetOpt = set_option("dotted override for every scene, e.g. train.rounds=3 (repeatable; never method or seed)")
+# The plural spellings are those of fedcore before one list style (issue 71); both parse alike.
+SeedsOpt = list_option(("--seed", "--seeds"), "reporting seeds, e.g. 0,1 (the grid's otherwise)", ints=True)
+MethodsOpt = list_option(("--method", "--methods"), "methods, e.g. fedavg,fedgr-robust (the grid's otherwise)")
+ScenesOpt = list_option(("--scene", "--scenes"), "only these scenes (the grid's otherwise): a grid in parts, "
+                        "joined by `fedcore bench-record`")
+TableScenesOpt = list_option(("--scene", "--scenes"), "scenes to print, in this order (all otherwise)")
+RecordScenesOpt = list_option(("--scene", "--scenes"), "only these scenes, in this order (every finished scene "
+                              "given otherwise)")
 
 
 def bench(
@@ -23,13 +40,9 @@ def bench(
         "runs/bench"),
     trials: Annotated[int | None, typer.Option("--trials", "-n", help="tune trials per method (the grid's "
                                                "otherwise)")] = None,
-    seeds: Annotated[str | None, typer.Option("--seeds", help="reporting seeds, e.g. 0,1 (the grid's "
-                                              "otherwise)")] = None,
-    methods: Annotated[str | None, typer.Option("--methods", help="methods, e.g. fedavg,fedgr-robust (the grid's "
-                                                "otherwise)")] = None,
-    scenes: Annotated[str | None, typer.Option("--scenes", help="only these scenes, e.g. fedrg_sym_localized (the "
-                                              "grid's otherwise): a grid in parts, joined by `fedcore "
-                                              "bench-record`")] = None,
+    seeds: SeedsOpt = None,
+    methods: MethodsOpt = None,
+    scenes: ScenesOpt = None,
     set_: SetOpt = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="tunes and runs at once, each in its own "
                                       "process on one thread")] = 1,
@@ -40,6 +53,8 @@ def bench(
     so_far: Annotated[bool, typer.Option("--so-far", help="write bench.json, tables, sweeps and reports from "
                                          "the runs finished so far, scenes with work left marked partial; "
                                          "runs nothing, so it may run beside a bench on OUT")] = False,
+    tracking: TrackingOpt = None,
+    tracking_uri: TrackingUriOpt = None,
 ) -> None:
     """Pick a method for your federation: equal-budget tunes on validation, then default and tuned
     runs on the reporting seeds. Resumable: a rerun does only what is missing. Writes OUT/bench.json."""
@@ -54,7 +69,7 @@ def bench(
     if dry_run and so_far:
         raise UserError("--dry-run prints what is left and --so-far writes what is done; ask for one")
     out = local_folder(out)
-    cli_set = list(set_ or [])
+    cli_set = [*(set_ or []), *tracking_sets(tracking, tracking_uri)]
     g = load_grid(grid, trials=trials, seeds=int_list(seeds, "--seeds"), methods=str_list(methods), shared=cli_set,
                   scenes=str_list(scenes))
     first, after = plan_grid(g, out, cli_set)
@@ -136,26 +151,25 @@ def choice_line(name: str, scene: dict) -> str:
     return line
 
 
-def int_list(text: str | None, option: str) -> list[int] | None:
+def int_list(text: str | list[int] | None, option: str) -> list[int] | None:
     from fedcore.errors import UserError
 
-    if text is None:
-        return None
+    if text is None or isinstance(text, list):  # a list option's items, split already (console.list_option)
+        return text
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise UserError(f"{option} '{text}': give comma-separated integers, e.g. 0,1,2") from None
 
 
-def str_list(text: str | None) -> list[str] | None:
-    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+def str_list(text: str | list[str] | None) -> list[str] | None:
+    return split_list([text] if isinstance(text, str) else text)
 
 
 def bench_table(
     results: Annotated[list[Path], typer.Argument(help="`fedcore bench` OUT dirs (or their bench.json), one or "
                                                   "more")],
-    scenes: Annotated[str | None, typer.Option("--scenes", help="scenes to print, in this order, e.g. "
-                                               "fedgr_sym,fedgr_mixed (all otherwise)")] = None,
+    scenes: TableScenesOpt = None,
     summary: Annotated[bool, typer.Option("--summary", help="one table, methods x scenes: tuned mean "
                                           "last-10, ✓ where it beats FedAvg's two bars on every seed")] = False,
     figure: Annotated[Path | None, typer.Option("--figure", help="also draw default and tuned last-10 per "
@@ -191,8 +205,7 @@ def bench_record(
                                                   "included) of one grid's parts")],
     out: Annotated[Path, typer.Option("--out", "-o", help="the record to write, e.g. "
                                       "docs/results/bench/NAME.json (may be one of the inputs)")],
-    scenes: Annotated[str | None, typer.Option("--scenes", help="only these scenes, in this order (every "
-                                               "finished scene given otherwise)")] = None,
+    scenes: RecordScenesOpt = None,
 ) -> None:
     """Join the finished scenes of a grid run in parts (`fedcore bench GRID --scenes ...`) into one
     bench.json with paths relative to a bench dir; `fedcore bench-table FILE` reads it. Refuses parts of

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import local_folder, make_console
+from fedcore.cli.console import ReadTrackingUriOpt, local_folder, make_console
 
 console = make_console()
 
@@ -20,6 +20,7 @@ def compare(
                                           "configs agree on all but the seed)")] = "method",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for --experiment's bar chart, "
                                              "compare-<experiment>.png (default: runs/)")] = None,
+    tracking_uri: ReadTrackingUriOpt = None,
 ) -> None:
     """Table of final metrics across runs (mean ± std over the seeds of one config)."""
     from fedcore.errors import UserError
@@ -30,8 +31,10 @@ def compare(
     if experiment:
         from fedcore.reporting.compare_mlflow import compare_experiment
 
-        compare_experiment(experiment, console, out_dir=out or Path("runs"))
+        compare_experiment(experiment, console, uri=tracking_uri, out_dir=out or Path("runs"))
         return
+    if tracking_uri is not None:
+        raise UserError("--tracking-uri is where --experiment is read from; comparing run dirs reads no MLflow")
     if out is not None:
         raise UserError("--out is where --experiment's bar chart goes; comparing run dirs only prints the table")
     if not runs:

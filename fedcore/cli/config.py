@@ -9,13 +9,13 @@ import typer
 from fedcore.cli.console import ConfigArg, group, make_console, set_option
 from fedcore.errors import UserError
 
-app = group("Inspect experiment configs.")
+app = group("Inspect experiment configs.", "inspect configs and the methods")
 console = make_console()
 
 SetOpt = set_option("dotted override, e.g. noise.rate.max=0.9 (repeatable)")
 
 
-@app.command("methods")
+@app.command("methods", short_help="the methods, or one method's params and search space")
 def config_methods(
     name: Annotated[str | None, typer.Argument(help="a method: list its params (method.params.*)")] = None,
 ) -> None:
@@ -59,7 +59,7 @@ def space_table(name: str):
     return table
 
 
-@app.command("show")
+@app.command("show", short_help="the resolved config and its hash")
 def config_show(
     config: ConfigArg,
     set_: SetOpt = None,

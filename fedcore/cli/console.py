@@ -22,9 +22,10 @@ PIPED_WIDTH = 160
 HELP = {"rich_markup_mode": None, "no_args_is_help": True}
 
 
-def group(help_text: str) -> typer.Typer:
-    """A command group (`fedcore config`, `fedcore data`, ...) with the CLI's help conventions."""
-    return typer.Typer(help=help_text, **HELP)
+def group(help_text: str, short_help: str | None = None) -> typer.Typer:
+    """A command group (`fedcore config`, `fedcore data`, ...) with the CLI's help conventions;
+    `short_help`: its row in `fedcore -h`, where click cuts a longer help with '...'."""
+    return typer.Typer(help=help_text, short_help=short_help, **HELP)
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -40,7 +41,77 @@ ConfigArg = Annotated[Path, typer.Argument(help="experiment YAML, e.g. configs/q
 
 def set_option(help_text: str = "dotted override, e.g. method.name=fedprox (repeatable)") -> Any:
     """The repeatable `--set/-s k=v` option type, with `help_text`."""
-    return Annotated[list[str] | None, typer.Option("--set", "-s", help=help_text)]
+    return Annotated[list[str] | None, typer.Option("--set", "-s", help=help_text, metavar="<key=value>")]
+
+
+# One way to give a list: repeat the option, each value possibly a comma list, so
+# `--method a --method b` and `--method a,b` mean the same on every command. Options of key=value
+# pairs (--set, --resource, --node-selector) are repeated only: a value may hold commas.
+LIST_HELP = "(repeatable, or comma-separated)"
+
+
+def split_list(value: list[str] | tuple[str, ...] | None) -> list[str] | None:
+    """The items of a list option: every value split at commas, blanks dropped; None when not given."""
+    if value is None:
+        return None
+    return [item.strip() for v in value for item in str(v).split(",") if item.strip()]
+
+
+def _option_name(param: Any) -> str:
+    return next(o for o in param.opts if o.startswith("--"))
+
+
+def split_items(ctx: Any, param: Any, value: list[str] | None) -> list[str] | None:
+    """`split_list` as an option's callback: an option given with no item at all (`--seed ,`) is a
+    one-line UserError, not taken for the option left out (typer passes an empty list on as None)."""
+    from fedcore.errors import UserError
+
+    items = split_list(value)
+    if value and not items:
+        name = _option_name(param)
+        raise UserError(f"{name} '{','.join(value)}' names nothing; give one or more, e.g. {name} a,b")
+    return items
+
+
+def split_ints(ctx: Any, param: Any, value: list[str] | None) -> list[int] | None:
+    """`split_items` for integers (seeds); a non-integer is a one-line UserError naming the option."""
+    from fedcore.errors import UserError
+
+    items = split_items(ctx, param, value)
+    try:
+        return None if items is None else [int(x) for x in items]
+    except ValueError:
+        name = _option_name(param)
+        raise UserError(f"{name} '{','.join(value or [])}': give integers, e.g. {name} 0 {name} 1 or "
+                        f"{name} 0,1") from None
+
+
+def list_option(names: str | tuple[str, ...], help_text: str, ints: bool = False) -> Any:
+    """A list option in the CLI's one style: `names` (the singular first), items as `LIST_HELP` says."""
+    names = (names,) if isinstance(names, str) else names
+    callback = split_ints if ints else split_items
+    return Annotated[list[str] | None, typer.Option(*names, help=f"{help_text} {LIST_HELP}", callback=callback,
+                                                    metavar="<int>" if ints else "<str>")]
+
+
+# The tracking options of every command that writes to MLflow; commands that read it take
+# --experiment NAME and TrackingUriOpt.
+TrackingOpt = Annotated[bool | None, typer.Option("--tracking/--no-tracking", help="record in MLflow, or not "
+                                                  "(default: the config's tracking.backend)")]
+TrackingUriOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: the "
+                                                    "config's tracking.uri, else MLFLOW_TRACKING_URI, else "
+                                                    "./mlruns)")]
+
+ReadTrackingUriOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI to read "
+                                                        "(default: MLFLOW_TRACKING_URI, else ./mlruns)")]
+
+
+def tracking_sets(tracking: bool | None, uri: str | None) -> list[str]:
+    """The tracking options as --set overrides (after the user's own, so they win)."""
+    if tracking is None and uri:  # a URI says where to record: giving one turns tracking on
+        tracking = True
+    backend = [] if tracking is None else [f"tracking.backend={'mlflow' if tracking else 'none'}"]
+    return [*backend, *([f"tracking.uri={uri}"] if uri else [])]
 
 
 # typer has already made a Path of the option, which folds 's3://b/p' into 's3:/b/p'.

@@ -10,16 +10,17 @@ import typer
 
 from fedcore.cli.console import ConfigArg, group, local_folder, make_console, set_option
 
-app = group("Prepare federated, noisy datasets.")
+app = group("Prepare federated, noisy datasets.", "prepare and inspect federated, noisy datasets")
 console = make_console()
 
 SetOpt = set_option("dotted override, e.g. noise.rate.max=0.9 (repeatable)")
 
 
-@app.command("prepare")
+@app.command("prepare", short_help="write a config's noisy federated dataset artifact")
 def data_prepare(
     config: ConfigArg,
-    out: Annotated[Path, typer.Option("--out", "-o", help="artifact directory to write")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="artifact directory to write (default "
+                                                                 "runs/data-<data hash>)")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Partition the dataset, inject the noise scene, and write a verified FederatedDataset artifact."""
@@ -31,14 +32,14 @@ def data_prepare(
     out = local_folder(out)
     cfg = load_config(config, set_)
     fed = build_federated_dataset(cfg)
-    path = fed.save(out)
+    path = fed.save(out or Path("runs") / f"data-{cfg.data_hash()[:12]}")
     print_scene(fed, console)
     if "federation" in (rep := scene_report(fed)):
         print_federation(rep["federation"], console)
     console.print(f"wrote [bold]{path}[/] (data sha256 {fed.manifest['files']['data.pt'][:12]}…)")
 
 
-@app.command("inspect")
+@app.command("inspect", short_help="summarize a federation before training")
 def data_inspect(
     config: ConfigArg,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for the figure (default runs/inspect-<data "

@@ -12,11 +12,12 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import group
+from fedcore.cli.console import TrackingOpt, TrackingUriOpt, group, list_option, set_option, tracking_sets
 from fedcore.deploy import env, k8s, stack
 from fedcore.errors import UserError
 
-app = group("Render, check and smoke-test the Kubernetes deployment (k8s/).")
+app = group("Render, check and smoke-test the Kubernetes deployment (k8s/).",
+            "render, check and smoke-test the k8s/ deployment")
 
 
 class Overlay(StrEnum):
@@ -24,12 +25,29 @@ class Overlay(StrEnum):
     gpu = "gpu"
 
 
+OverlaysOpt = list_option("--overlay", "overlays to check, local or gpu (default: all)")
+VersionsOpt = list_option("--k8s-version", "Kubernetes schema versions")
+ExperimentsOpt = list_option("--experiment", "experiments the pod user gets EDIT on (default: fedcore)")
+ModelsOpt = list_option("--model", "registered models the pod user gets MANAGE on")
+SetOpt = set_option()
+ParamsOpt = list_option(("--param", "-p"), "tune only these declared params (default: every declared one)")
+
+
+def overlays(names: list[str] | None) -> list[Overlay] | None:
+    """--overlay's items as overlays; an unknown one is a one-line error."""
+    known = [o.value for o in Overlay]
+    for name in names or []:
+        if name not in known:
+            raise UserError(f"--overlay '{name}': choose {' or '.join(known)}")
+    return None if names is None else [Overlay(n) for n in names]
+
+
 K8sDirOpt = Annotated[
     Path | None, typer.Option("--k8s-dir", help="the repo's k8s/ directory (default: found from the cwd)")
 ]
 
 
-@app.command("render")
+@app.command("render", short_help="print an overlay's Kubernetes manifests")
 def render_cmd(
     overlay: Annotated[Overlay, typer.Option("--overlay", help="local (CPU, kind/minikube) or gpu")] = Overlay.local,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write here instead of stdout")] = None,
@@ -52,21 +70,17 @@ def render_cmd(
     typer.echo(f"wrote {out} ({len(k8s.load_objects(text))} objects)", err=True)
 
 
-@app.command("check")
+@app.command("check", short_help="validate the manifests and the policy")
 def check_cmd(
-    overlay: Annotated[
-        list[Overlay] | None, typer.Option("--overlay", help="overlay to check (repeatable; default: all)")
-    ] = None,
-    k8s_version: Annotated[
-        list[str] | None, typer.Option("--k8s-version", help="Kubernetes schema version (repeatable)")
-    ] = None,
+    overlay: OverlaysOpt = None,
+    k8s_version: VersionsOpt = None,
     k8s_dir: K8sDirOpt = None,
 ) -> None:
     """Render overlays, validate every object strictly and apply the security policy; then the same
     for a TrainJob and a Katib Experiment as fedcore renders them. Exit 1 on any problem."""
     versions = k8s_version or list(k8s.K8S_VERSIONS)
     failed = False
-    for item in overlay or list(Overlay):
+    for item in overlays(overlay) or list(Overlay):
         problems = stack.check(item.value, versions, k8s_dir)
         typer.echo(f"{item.value}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
         for problem in problems:
@@ -88,7 +102,7 @@ def workload_problems(objects: list[dict] | None = None) -> list[str]:
     return trainjob_problems(trainjob) + katib_problems(katib)
 
 
-@app.command("smoke")
+@app.command("smoke", short_help="check MLflow, the bucket and the cache from a pod")
 def smoke_cmd(
     require_gpu: Annotated[bool, typer.Option("--require-gpu", help="fail unless CUDA sees a device")] = False,
 ) -> None:
@@ -101,12 +115,10 @@ def smoke_cmd(
     typer.echo("smoke: MLflow, S3 bucket and cache are usable" + (", GPU visible" if require_gpu else ""))
 
 
-@app.command("mlflow-auth")
+@app.command("mlflow-auth", short_help="create MLflow's pod user (the auth Job)")
 def mlflow_auth_cmd(
-    experiment: Annotated[list[str] | None, typer.Option("--experiment", help="experiment the pod user gets EDIT "
-                                                         "on (repeatable; default: fedcore)")] = None,
-    model: Annotated[list[str] | None, typer.Option("--model", help="registered model the pod user gets MANAGE "
-                                                    "on (repeatable)")] = None,
+    experiment: ExperimentsOpt = None,
+    model: ModelsOpt = None,
 ) -> None:
     """Create or update MLflow's non-admin pod user (what the mlflow-auth-setup Job runs).
 
@@ -130,15 +142,14 @@ def mlflow_auth_cmd(
         typer.echo(line)
 
 
-@app.command("katib")
+@app.command("katib", short_help="render a tune as a Katib Experiment")
 def katib_cmd(
     config: Annotated[Path, typer.Argument(help="experiment YAML (its tracking section should name the cluster's "
                                            "MLflow, e.g. backend: mlflow with MLFLOW_TRACKING_URI from fedcore-env)")],
     trials: Annotated[int, typer.Option("--trials", "-n", min=1, help="Katib's maxTrialCount")] = 8,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write here instead of stdout")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", "-s", help="dotted override (repeatable)")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="tune only this declared param "
-                                                    "(repeatable); default: every declared one")] = None,
+    set_: SetOpt = None,
+    param: ParamsOpt = None,
     objective: Annotated[str, typer.Option("--objective", help="last10 or best (on validation)")] = "last10",
     data: Annotated[str | None, typer.Option("--data", help="s3:// prefix of the FederatedDataset artifact every "
                                              "trial reads (default: each trial builds it from data.root)")] = None,
@@ -148,6 +159,8 @@ def katib_cmd(
                                               "release image)")] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", min=0, help="GPUs per trial (default 1 unless "
                                              "train.device=cpu)")] = None,
+    tracking: TrackingOpt = None,
+    tracking_uri: TrackingUriOpt = None,
 ) -> None:
     """Render the tune's search space as a Katib Experiment (plus its config ConfigMap), validated offline.
 
@@ -161,9 +174,10 @@ def katib_cmd(
 
     if objective not in OBJECTIVES:
         raise UserError(f"--objective '{objective}': choose one of {', '.join(OBJECTIVES)}")
+    set_ = [*(set_ or []), *tracking_sets(tracking, tracking_uri)]
     cfg = load_config(config, set_)
     if not (cfg.data.validation.fraction > 0 or cfg.data.validation.server_clean > 0):
-        cfg = load_config(config, [*(set_ or []), f"data.validation.fraction={DEFAULT_VALIDATION}"])
+        cfg = load_config(config, [*set_, f"data.validation.fraction={DEFAULT_VALIDATION}"])
     dims = search_space(cfg, param)
     if not dims:
         raise UserError(f"nothing to tune for method '{cfg.method.name}': no declared ranges")

@@ -9,16 +9,17 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from fedcore.cli.console import ConfigArg, group, local_folder, make_console, set_option
+from fedcore.cli.console import ConfigArg, group, list_option, local_folder, make_console, set_option
 from fedcore.errors import ConfigError, UserError
 
-app = group("Compile, run locally, submit and schedule the Kubeflow pipelines.")
+app = group("Compile, run locally, submit and schedule the Kubeflow pipelines.",
+            "the Kubeflow pipelines: compile, run, submit, schedule")
 console = make_console()
 
 NameArg = Annotated[str, typer.Argument(help="pipeline: experiment, sweep, retrain or bench (then pass a grid)")]
 SetOpt = set_option("dotted config override (repeatable); passed as the run-time input `overrides`")
-MethodsOpt = Annotated[list[str] | None, typer.Option("--method", help="sweep: a method to include (repeatable)")]
-SeedsOpt = Annotated[list[int] | None, typer.Option("--seed", help="sweep: a training seed (repeatable)")]
+MethodsOpt = list_option("--method", "sweep: methods to include")
+SeedsOpt = list_option("--seed", "sweep: training seeds", ints=True)
 SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="sweep YAML: methods, seeds, settings; retrain: "
                                                 "train its `selected` method (or --method) at its overrides")]
 ImageOpt = Annotated[str | None, typer.Option("--image", help="container image of every task")]
@@ -31,6 +32,9 @@ SelectorOpt = Annotated[list[str] | None, typer.Option("--node-selector", help="
 PrefixOpt = Annotated[str, typer.Option("--data-prefix", help="retrain: s3:// prefix of dated data snapshots")]
 ModelOpt = Annotated[str, typer.Option("--model-name", help="retrain: registered model name")]
 TrackOpt = Annotated[bool, typer.Option("--tracking/--no-tracking", help="record runs in MLflow")]
+UriOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI of the runs (default: the "
+                                            "config's tracking.uri, else MLFLOW_TRACKING_URI, else an embedded "
+                                            "store: ./mlruns, or under --out for --local)")]
 HostOpt = Annotated[str, typer.Option("--host", help="KFP API URL, e.g. http://localhost:8080")]
 ExperimentOpt = Annotated[str, typer.Option("--experiment", help="KFP experiment to file the run under")]
 ParallelOpt = Annotated[int, typer.Option("--parallelism", min=0,
@@ -80,13 +84,17 @@ def local_resources(res: Any) -> Any:
     return res.model_copy(update={"retries": 0})
 
 
-def base_config(config: Path | None, tracking: bool, local_root: Path | None, task_env: dict | None = None):
-    """The default of a pipeline's `config` input: tracking on by default, pinned to a local store for --local.
+def base_config(config: Path | None, tracking: bool, local_root: Path | None, task_env: dict | None = None,
+                uri: str | None = None):
+    """The default of a pipeline's `config` input: tracking on by default, pinned to a local store for --local
+    unless `uri` (--tracking-uri) or the config names one.
 
     `task_env`: the environment of tasks that do not share this process's (--runner docker)."""
     from fedcore.registries import load_config
 
-    cfg = load_config(config or find_config(), ["tracking.backend=mlflow"] if tracking else ["tracking.backend=none"])
+    sets = ["tracking.backend=mlflow", *([f"tracking.uri={uri}"] if uri else [])] if tracking else \
+        ["tracking.backend=none"]
+    cfg = load_config(config or find_config(), sets)
     if tracking and local_root is not None and not cfg.tracking.uri:
         store = local_store(local_root, task_env)
         cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update=store)})
@@ -94,13 +102,13 @@ def base_config(config: Path | None, tracking: bool, local_root: Path | None, ta
 
 
 def load_pipeline_config(config: Path | None, overrides: list[str] | None, tracking: bool, local_root: Path | None,
-                         task_env: dict | None = None):
+                         task_env: dict | None = None, uri: str | None = None):
     """What the pipeline runs by default: the base config with the `--set` overrides applied
     (checked here, so a bad override fails before anything is compiled)."""
     from fedcore.pipeline.plan import apply
     from fedcore.registries import check_data_root
 
-    return check_data_root(apply(base_config(config, tracking, local_root, task_env), overrides or []))
+    return check_data_root(apply(base_config(config, tracking, local_root, task_env, uri), overrides or []))
 
 
 def local_store(root: Path, task_env: dict | None = None) -> dict[str, str]:
@@ -147,15 +155,16 @@ def package_config(package: Path, overrides: list[str] | None) -> Any:
     return parse_config(params["config"].default_value.string_value, overrides or [])
 
 
-@app.command("compile")
+@app.command("compile", short_help="compile a pipeline into a KFP package")
 def compile_cmd(name: NameArg,
                 config: Annotated[Path | None, typer.Argument(help="config (default: quickstart)")] = None,
-                out: Annotated[Path | None, typer.Option("--out", "-o", help="YAML package to write")] = None,
+                out: Annotated[Path | None, typer.Option("--out", "-o", help="YAML package to write (default "
+                                                         "runs/NAME.yaml)")] = None,
                 set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None, sweep: SweepOpt = None,
                 parallelism: ParallelOpt = 0, image: ImageOpt = None, gpu_type: GpuTypeOpt = None,
                 gpus: GpusOpt = None, workers: WorkersOpt = None, node_selector: SelectorOpt = None,
                 resource: ResourceOpt = None, data_prefix: PrefixOpt = "", model_name: ModelOpt = "",
-                tracking: TrackOpt = True,
+                tracking: TrackOpt = True, tracking_uri: UriOpt = None,
                 katib: Annotated[bool, typer.Option("--katib", help="bench: also write each (scene, method) tune "
                                                     "as a Katib Experiment, to OUT's stem + .katib.yaml")] = False,
                 ) -> None:
@@ -171,9 +180,9 @@ def compile_cmd(name: NameArg,
         return
     if katib:
         raise UserError("--katib applies to the bench pipeline (fedcore pipeline compile bench GRID --katib)")
-    base = base_config(config, tracking, None)
-    cfg = load_pipeline_config(config, set_, tracking, None)
-    path = compile_pipeline(build(name, base, locals()), out or Path(f"{name}.yaml"))
+    base = base_config(config, tracking, None, uri=tracking_uri)
+    cfg = load_pipeline_config(config, set_, tracking, None, uri=tracking_uri)
+    path = compile_pipeline(build(name, base, locals()), out or Path("runs") / f"{name}.yaml")
     spec, _ = load_specs(path)
     inputs = ", ".join(sorted(spec.root.input_definitions.parameters))
     cfg = package_config(path, set_)  # what it trains: retrain --sweep changed the config input
@@ -181,14 +190,14 @@ def compile_cmd(name: NameArg,
                   f"run-time inputs: {inputs})")
 
 
-@app.command("run")
+@app.command("run", short_help="run a pipeline here (kfp.local)")
 def run_cmd(name: NameArg,
             config: Annotated[Path | None, typer.Argument(help="experiment YAML (not with --package)")] = None,
             local: Annotated[bool, typer.Option("--local", help="run here with kfp.local")] = False,
             out: Annotated[Path, typer.Option("--out", "-o", help="local run dir")] = Path("runs/pipeline"),
             package: PackageOpt = None, set_: SetOpt = None, method: MethodsOpt = None, seed: SeedsOpt = None,
             sweep: SweepOpt = None, parallelism: ParallelOpt = 0, data_prefix: PrefixOpt = "",
-            model_name: ModelOpt = "", tracking: TrackOpt = True,
+            model_name: ModelOpt = "", tracking: TrackOpt = True, tracking_uri: UriOpt = None,
             fold: Annotated[bool, typer.Option(
                 "--fold", help="sweep: one task per run, so kfp.local trains --parallelism runs side by side "
                 "(default: one task per stage, the cluster's shape)")] = False,
@@ -205,7 +214,7 @@ def run_cmd(name: NameArg,
         from fedcore.cli.pipeline_bench import print_bench, run_bench
 
         args = locals()
-        store = local_store(out) if tracking else {}
+        store = ({"uri": tracking_uri} if tracking_uri else local_store(out)) if tracking else {}
         print_bench(run_bench(args, out, console, _options(args, local=True), store), out, console)
         return
     docker = from_options(locals())
@@ -215,8 +224,8 @@ def run_cmd(name: NameArg,
     else:
         if config is None:
             raise UserError("pass the experiment config (e.g. configs/quickstart.yaml), or --package PIPELINE.yaml")
-        cfg = load_pipeline_config(config, set_, tracking, out, task_env)
-        result = run_local_pipeline(name, base_config(config, tracking, out, task_env), locals(), out)
+        cfg = load_pipeline_config(config, set_, tracking, out, task_env, tracking_uri)
+        result = run_local_pipeline(name, base_config(config, tracking, out, task_env, tracking_uri), locals(), out)
     print_result(name, result, cfg, out)
 
 
@@ -281,7 +290,7 @@ def _package(name: str, base: Any, args: dict[str, Any], tmp: str) -> Path:
     return compile_pipeline(build(name, base, args), Path(tmp) / f"{name}.yaml")
 
 
-@app.command("submit")
+@app.command("submit", short_help="start a run on a Kubeflow Pipelines cluster")
 def submit_cmd(name: NameArg,
                config: Annotated[Path | None, typer.Argument(help="experiment YAML (not with --package)")] = None,
                host: HostOpt = "", experiment: ExperimentOpt = "fedcore",
@@ -290,7 +299,7 @@ def submit_cmd(name: NameArg,
                sweep: SweepOpt = None, parallelism: ParallelOpt = 0, image: ImageOpt = None,
                gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None, workers: WorkersOpt = None,
                node_selector: SelectorOpt = None, resource: ResourceOpt = None, data_prefix: PrefixOpt = "",
-               model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
+               model_name: ModelOpt = "", tracking: TrackOpt = True, tracking_uri: UriOpt = None) -> None:
     """Start one run on a Kubeflow Pipelines cluster: compile the config, or send a compiled
     --package as it is; --set (and a sweep's --method/--seed) become the run's inputs."""
     from pipelines.runner import check_host, submit
@@ -306,15 +315,15 @@ def submit_cmd(name: NameArg,
         elif package is not None:
             cfg = package_config(package, set_)
         else:
-            cfg = load_pipeline_config(config, set_, tracking, None)
-            package = _package(name, base_config(config, tracking, None), args, tmp)
+            cfg = load_pipeline_config(config, set_, tracking, None, uri=tracking_uri)
+            package = _package(name, base_config(config, tracking, None, uri=tracking_uri), args, tmp)
         sa = _options(args).resources.service_account
         run_id = submit(host, package, experiment, run_name or f"{name} {cfg.method.name} {cfg.config_hash()[:8]}",
                         sa, run_arguments(name, args))
     console.print(f"submitted run {run_id}: {host.rstrip('/')}/#/runs/details/{run_id}")
 
 
-@app.command("schedule")
+@app.command("schedule", short_help="create a recurring run (retraining)")
 def schedule_cmd(name: NameArg, config: ConfigArg, host: HostOpt,
                  cron: Annotated[str, typer.Option("--cron", help="6 fields, seconds first: '0 0 2 * * *'")],
                  experiment: ExperimentOpt = "fedcore",
@@ -322,16 +331,16 @@ def schedule_cmd(name: NameArg, config: ConfigArg, host: HostOpt,
                  set_: SetOpt = None, image: ImageOpt = None, gpu_type: GpuTypeOpt = None, gpus: GpusOpt = None,
                  workers: WorkersOpt = None, node_selector: SelectorOpt = None, resource: ResourceOpt = None,
                  data_prefix: PrefixOpt = "",
-                 model_name: ModelOpt = "", tracking: TrackOpt = True) -> None:
+                 model_name: ModelOpt = "", tracking: TrackOpt = True, tracking_uri: UriOpt = None) -> None:
     """Create a recurring run (one at a time, no catch-up), e.g. nightly retraining."""
     from pipelines.runner import check_cron, check_host, schedule
 
     check_host(host)
     check_cron(cron)
-    cfg = load_pipeline_config(config, set_, tracking, None)
+    cfg = load_pipeline_config(config, set_, tracking, None, uri=tracking_uri)
     args = locals()
     with tempfile.TemporaryDirectory(prefix="fedcore-pipeline-") as tmp:
-        package = _package(name, base_config(config, tracking, None), args, tmp)
+        package = _package(name, base_config(config, tracking, None, uri=tracking_uri), args, tmp)
         sa = _options(args).resources.service_account
         job = schedule(host, package, experiment, job_name or f"{name}-{cfg.config_hash()[:8]}", cron, sa)
     console.print(f"scheduled recurring run {job} ({cron}): {host.rstrip('/')}/#/recurringruns/details/{job}")

@@ -34,6 +34,7 @@ def bench_pipeline(args: dict[str, Any], options: Any, store: dict[str, str] | N
         raise UserError("--sweep and --data-prefix are not bench options; a grid names the methods and seeds")
     user = list(args.get("set_") or [])
     grid = load_grid(args["config"], seeds=args.get("seed") or None, methods=args.get("method") or None, shared=user)
+    store = store or ({"uri": args["tracking_uri"]} if args.get("tracking_uri") else None)
     cli_set = [*tracking_overrides(args.get("tracking", True), store), *user]
     first = next(iter(grid.scenes.values()))
     base = load_config(first.config, shared_overrides(grid, first, cli_set))  # the parent run's tracking settings
@@ -49,7 +50,7 @@ def compile_bench(args: dict[str, Any], out: Path | None, options: Any) -> str:
     if args.get("katib") and grid.start_at_default:
         raise UserError("Katib cannot start a tune at a given setting: set start_at_default: false in the grid "
                         "for --katib (the pipeline's own tunes honour it; true is the grids' default)")
-    path = compile_pipeline(pipeline, out or Path("bench.yaml"))
+    path = compile_pipeline(pipeline, out or Path("runs") / "bench.yaml")
     spec, _ = load_specs(path)
     inputs = ", ".join(sorted(spec.root.input_definitions.parameters))
     line = (f"wrote {path} ({len(grid.scenes)} scenes x {len(grid.methods)} methods, {grid.trials} trials, "
@@ -75,7 +76,8 @@ def write_katib(grid: Any, args: dict[str, Any], res: Any, out: Path) -> Path:
     from fedcore.tuning.space import search_space
     from fedcore.tuning.study import OBJECTIVES
 
-    cli_set = [*tracking_overrides(args.get("tracking", True)), *(args.get("set_") or [])]
+    store = {"uri": args["tracking_uri"]} if args.get("tracking_uri") else None
+    cli_set = [*tracking_overrides(args.get("tracking", True), store), *(args.get("set_") or [])]
     objects: list[dict] = []
     for name, scene in grid.scenes.items():
         for row in grid.methods:

@@ -18,10 +18,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from fedcore.cli.console import make_console
-from fedcore.cli.pipeline import find_config, load_pipeline_config, local_resources, print_result
+from fedcore.cli.console import local_folder, make_console, set_option
+from fedcore.cli.pipeline import TrackOpt, UriOpt, find_config, load_pipeline_config, local_resources, print_result
 
 console = make_console()
+SetOpt = set_option("dotted override of configs/quickstart.yaml for every run (repeatable)")
 
 # Every single-label method: each takes 5-15 s of one core on the quickstart budget.
 # (fedharmony is multi-label and has its own digits_mosaic preset.)
@@ -40,18 +41,21 @@ TUNED_OVERRIDES = ["data.validation.fraction=0.1"]
 
 
 def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str, ...] = QUICKSTART_METHODS,
-                        tuned: bool = True):
+                        tuned: bool = True, overrides: list[str] | None = None, tracking: bool = True,
+                        uri: str | None = None):
     """(config, sweep pipeline): methods on the config's noise, FedAvg on clean labels, one seed;
-    tuned: each method at its tuned setting, else all at the config's shared one."""
+    tuned: each method at its tuned setting, else all at the config's shared one; `overrides`
+    (--set) after the quickstart's own; tracking and `uri` as `fedcore pipeline run` takes them."""
     from fedcore.methods.registry import available_methods
     from fedcore.pipeline.plan import SweepSpec, load_sweep_spec
     from fedcore.pipeline.resources import PipelineResources
     from fedcore.tracking.base import noise_label
     from pipelines import PipelineOptions, build_pipeline
 
-    overrides = [*QUICKSTART_OVERRIDES, *(TUNED_OVERRIDES if tuned else [])]
-    overrides += [f"train.rounds={rounds}"] if rounds else []
-    cfg = load_pipeline_config(find_config(), overrides, tracking=True, local_root=out)
+    sets = [*QUICKSTART_OVERRIDES, *(TUNED_OVERRIDES if tuned else [])]
+    sets += [f"train.rounds={rounds}"] if rounds else []
+    cfg = load_pipeline_config(find_config(), [*sets, *(overrides or [])], tracking=tracking, local_root=out,
+                               uri=uri)
     known = set(available_methods())
     chosen = [m for m in methods if m in known]
     own = load_sweep_spec(find_config(TUNED_SWEEP)).method_overrides if tuned else {}
@@ -64,10 +68,11 @@ def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str
 
 
 def run_quickstart(out: Path, console: Console, rounds: int | None = None,
-                   methods: tuple[str, ...] = QUICKSTART_METHODS, tuned: bool = True) -> object:
+                   methods: tuple[str, ...] = QUICKSTART_METHODS, tuned: bool = True,
+                   overrides: list[str] | None = None, tracking: bool = True, uri: str | None = None) -> object:
     from pipelines.runner import run_local
 
-    cfg, pipeline = quickstart_pipeline(out, rounds, methods, tuned)
+    cfg, pipeline = quickstart_pipeline(out, rounds, methods, tuned, overrides, tracking, uri)
     setting = (f"each method at its tuned setting\n  tuned values: configs/{TUNED_SWEEP} (--untuned: the config's)"
                if tuned else "every method at the config's shared setting")
     # Short lines: the header fits a 100-column terminal like the table below it.
@@ -93,10 +98,17 @@ def write_run_report(run_dir: Path | None, out: Path) -> Path | None:
 
 
 def quickstart(
-    out: Annotated[Path, typer.Option("--out", help="where runs and the dataset go")] = Path("runs/quickstart"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="where runs and the dataset go")] = Path("runs/quickstart"),
     rounds: Annotated[int | None, typer.Option(help="override train.rounds")] = None,
     untuned: Annotated[bool, typer.Option("--untuned", help="run every method at the config's shared optimizer "
                                                              "setting and default params, without validation")] = False,
+    set_: SetOpt = None,
+    tracking: TrackOpt = True,
+    tracking_uri: UriOpt = None,
 ) -> None:
-    """The `make run` job: the local sweep pipeline comparing methods on noisy digits, FedAvg on clean ones."""
-    run_quickstart(out, console, rounds=rounds, tuned=not untuned)
+    """The `make run` job: the local sweep pipeline comparing methods on noisy digits, FedAvg on clean ones.
+
+    It reads configs/quickstart.yaml; --set changes it for every run (after the quickstart's own
+    settings, e.g. --set train.rounds=5)."""
+    run_quickstart(local_folder(out), console, rounds=rounds, tuned=not untuned, overrides=set_, tracking=tracking,
+                   uri=tracking_uri)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import local_folder, make_console
+from fedcore.cli.console import ReadTrackingUriOpt, local_folder, make_console
 
 console = make_console()
 
@@ -15,11 +15,10 @@ console = make_console()
 def report(
     runs: Annotated[list[Path] | None, typer.Argument(help=(
         "run dirs written by `fedcore run` or `fedcore pipeline run --local` (seeds of a setting together)"))] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="folder for report.md and its PNGs")] = Path("report"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="folder for report.md and its PNGs")] = Path("runs/report"),
     experiment: Annotated[str | None, typer.Option("--experiment", help="read the finished runs of this MLflow "
                                                    "experiment instead of run dirs")] = None,
-    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: "
-                                                     "MLFLOW_TRACKING_URI, else ./mlruns)")] = None,
+    tracking_uri: ReadTrackingUriOpt = None,
 ) -> None:
     """Write OUT/report.md: accuracy curves with seed bands, noise-rate estimates, detection, memorization."""
     from fedcore.errors import UserError

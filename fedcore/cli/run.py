@@ -7,12 +7,21 @@ from typing import Annotated, Any
 
 import typer
 
-from fedcore.cli.console import local_folder, make_console, set_option
+from fedcore.cli.console import (
+    TrackingOpt,
+    TrackingUriOpt,
+    list_option,
+    local_folder,
+    make_console,
+    set_option,
+    tracking_sets,
+)
 from fedcore.engine.callbacks import Callback
 
 console = make_console()
 
 SetOpt = set_option()
+StagesOpt = list_option("--stage", "run only these stages")
 
 
 def run_callbacks(cfg, total_rounds: int, progress: bool, label: str = "", main: bool = True):
@@ -38,7 +47,7 @@ def run(
     data: Annotated[str | None, typer.Option("--data", help="FederatedDataset artifact dir or s3:// prefix")] = None,
     resume: Annotated[Path | None, typer.Option("--resume", help="continue this run dir (or checkpoint) with its "
                                                 "own config; a CONFIG given is checked against it")] = None,
-    stage: Annotated[list[str] | None, typer.Option("--stage", help="run only these stages (repeatable)")] = None,
+    stage: StagesOpt = None,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="processes for this one run, each training a share "
                                        "of every round (torchrun; one GPU each on CUDA)")] = 1,
@@ -48,6 +57,8 @@ def run(
                                                "with --sweep, that row at its tuned setting")] = None,
     katib_metrics: Annotated[bool, typer.Option("--katib-metrics", help="end by printing the validation metrics as "
                                                 "name=value lines (Katib's StdOut collector)")] = False,
+    tracking: TrackingOpt = None,
+    tracking_uri: TrackingUriOpt = None,
 ) -> None:
     """Run one experiment and write history.csv, metrics.json and model.pt.
 
@@ -67,6 +78,7 @@ def run(
 
     out, resume = local_folder(out), local_folder(resume, "--resume")
     given, config = config, resumed_config(config, resume)
+    set_ = [*(set_ or []), *tracking_sets(tracking, tracking_uri)] or None
     set_, cfg = run_config(config, set_, sweep, method)
     if given is not None and resume is not None:
         check_resumed_config(given, cfg, resume)
@@ -105,14 +117,17 @@ def resume(
     run_dir: Annotated[Path, typer.Argument(help="the run dir to continue (the --out of `fedcore run`)")],
     set_: SetOpt = None,
     data: Annotated[str | None, typer.Option("--data", help="FederatedDataset artifact dir or s3:// prefix")] = None,
-    stage: Annotated[list[str] | None, typer.Option("--stage", help="run only these stages (repeatable)")] = None,
+    stage: StagesOpt = None,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="processes (torchrun), any number")] = 1,
+    tracking: TrackingOpt = None,
+    tracking_uri: TrackingUriOpt = None,
 ) -> None:
     """Continue an interrupted run, or extend a finished one, with the config it recorded.
 
     The same as `fedcore run --resume RUN`; --set train.rounds=N trains it further."""
-    run(config=None, resume=run_dir, set_=set_, data=data, stage=stage, progress=progress, nproc=nproc)
+    run(config=None, resume=run_dir, set_=set_, data=data, stage=stage, progress=progress, nproc=nproc,
+        tracking=tracking, tracking_uri=tracking_uri)
 
 
 def resumed_config(config: Path | None, resume: Path | None) -> Path:

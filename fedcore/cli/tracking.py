@@ -9,11 +9,11 @@ import typer
 
 from fedcore.cli.console import group, make_console
 
-app = group("Tracking: replay what an outage kept from MLflow.")
+app = group("Tracking: replay what an outage kept from MLflow.", "replay what an MLflow outage kept")
 console = make_console()
 
 
-@app.command("sync")
+@app.command("sync", short_help="replay a run's journal into MLflow")
 def tracking_sync(
     run_dir: Annotated[Path, typer.Argument(help="a run dir (the --out of `fedcore run`, or a stage's output)")],
     retry_seconds: Annotated[float | None, typer.Option(

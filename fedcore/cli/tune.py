@@ -7,11 +7,22 @@ from typing import Annotated
 
 import typer
 
-from fedcore.cli.console import ConfigArg, local_folder, make_console, set_option
+from fedcore.cli.console import (
+    ConfigArg,
+    TrackingOpt,
+    TrackingUriOpt,
+    list_option,
+    local_folder,
+    make_console,
+    set_option,
+    tracking_sets,
+)
 
 console = make_console()
 err_console = make_console(stderr=True)
 SetOpt = set_option()
+ParamsOpt = list_option(("--param", "-p"), "tune only these declared params, e.g. train.lr (default: every "
+                        "declared one)")
 
 
 def tune(
@@ -21,8 +32,7 @@ def tune(
     out: Annotated[Path, typer.Option("--out", "-o", help="tune dir: study, trials, tune.json, best.yaml")] = Path(
         "runs/tune"),
     set_: SetOpt = None,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="tune only this declared param "
-                                                    "(repeatable, e.g. train.lr); default: every declared one")] = None,
+    param: ParamsOpt = None,
     data: Annotated[str | None, typer.Option("--data", help="FederatedDataset artifact dir or s3:// prefix "
                                              "(default: prepared once under OUT/data)")] = None,
     objective: Annotated[str, typer.Option("--objective", help="last10 (mean of the last 10 val scores) or best "
@@ -32,6 +42,8 @@ def tune(
         "--start-at-default", help="spend the first trial on the config's own setting, so the tune ends there or "
         "at a setting that beat it on validation")] = False,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
+    tracking: TrackingOpt = None,
+    tracking_uri: TrackingUriOpt = None,
 ) -> None:
     """Tune the train section's and the method's declared ranges on validation, never on test.
 
@@ -41,7 +53,8 @@ def tune(
     from fedcore.tuning.study import TuneRequest, run_tune
 
     out = local_folder(out)
-    req = TuneRequest(config=str(config), overrides=list(set_ or []), trials=trials, out=out, data=data,
+    overrides = [*(set_ or []), *tracking_sets(tracking, tracking_uri)]
+    req = TuneRequest(config=str(config), overrides=overrides, trials=trials, out=out, data=data,
                       objective=objective, only=param, prune=prune, progress=progress,
                       start_at_default=start_at_default)
     result = run_tune(req, say=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
