@@ -132,7 +132,8 @@ def say(line: str) -> None:
 
 
 def choice_line(name: str, scene: dict) -> str:
-    """'quickstart: fedsir at its tuned setting (val acc last-10 0.912), runner-up fednoro (default) by 0.004'."""
+    """'quickstart: fedsir at its tuned setting (val acc last-10 91.20%), runner-up fednoro (default) by 0.40
+    points': scores in %, as every score a person reads (bench.json keeps fractions)."""
     from fedcore.bench.choice import among_of, label
 
     if scene.get("still_to_run"):
@@ -142,10 +143,11 @@ def choice_line(name: str, scene: dict) -> str:
         return f"{name}: no method has a validation score on every reporting seed at either setting"
     means = scene["means"]
     mean = means.get(label(scene["choice"], setting), means.get(scene["choice"]))
-    line = f"{name}: {scene['choice']} at its {setting} setting (val {scene['metric']} last-10 {mean:.4f})"
+    line = f"{name}: {scene['choice']} at its {setting} setting (val {scene['metric']} last-10 {100 * mean:.2f}%)"
     if scene["runner_up"] is not None:
         other = scene.get("runner_up_setting")
-        line += f", runner-up {scene['runner_up']}{f' ({other})' if other else ''} by {scene['margin']:.4f}"
+        by = f"{100 * scene['margin']:.2f} points"
+        line += f", runner-up {scene['runner_up']}{f' ({other})' if other else ''} by {by}"
     if scene["left_out"]:
         line += f"; left out (a seed without a score): {', '.join(scene['left_out'])}"
     return line

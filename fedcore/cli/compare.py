@@ -24,8 +24,9 @@ def compare(
 ) -> None:
     """Table of final metrics across runs (mean ± std over the seeds of one config)."""
     from fedcore.errors import UserError
-    from fedcore.reporting.compare import budget_notes, comparison_table, load_run, merge_notes
+    from fedcore.reporting.compare import budget_notes, load_run, merge_notes
     from fedcore.reporting.rundirs import expand_run_dirs
+    from fedcore.reporting.terminal import console_table
 
     out = local_folder(out)
     if experiment:
@@ -40,6 +41,6 @@ def compare(
     if not runs:
         raise UserError("pass run directories (fedcore compare runs/a runs/b) or --experiment NAME")
     records = [load_run(p) for p in expand_run_dirs(runs)]
-    console.print(comparison_table(records, by=by))
+    console.print(console_table(records, by=by))
     for note in [*merge_notes(records, by=by), *budget_notes(records, by=by)]:
         console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)

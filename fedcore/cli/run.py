@@ -73,7 +73,8 @@ def run(
     from fedcore.errors import UserError
     from fedcore.io import run_dir_lock
     from fedcore.models import resolve_device
-    from fedcore.reporting.compare import comparison_table, load_run
+    from fedcore.reporting.compare import load_run
+    from fedcore.reporting.terminal import console_table
     from fedcore.run import run_experiment
 
     out, resume = local_folder(out), local_folder(resume, "--resume")
@@ -107,7 +108,7 @@ def run(
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM as fedcore.errors.Terminated
         raise interrupted(err, out) from None
     if main:
-        console.print(comparison_table([load_run(result.out_dir)], title=str(result.out_dir)))
+        console.print(console_table([load_run(result.out_dir)], title=str(result.out_dir)))
         if katib_metrics:
             for line in katib_lines(result.summary):
                 print(line, flush=True)

@@ -60,7 +60,8 @@ def tune(
     result = run_tune(req, say=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
     params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result["best_params"].items())
     own = ", the config's own setting" if result.get("best_is_default") else ""
-    console.print(f"best {result['objective']} = {result['best_value']:.4f} (trial {result['best_trial']}{own}; "
+    # In %, as every score a person reads; tune.json keeps the fraction.
+    console.print(f"best {result['objective']} = {100 * result['best_value']:.2f}% (trial {result['best_trial']}{own}; "
                   f"{result['n_trials']} trials, {result['n_pruned']} pruned): {params}", markup=False, highlight=False)
     tuned = result["seed"]
     console.print(f"run it: fedcore run {out / 'best.yaml'} --set seed={reporting_seed(tuned)} (best.yaml keeps "

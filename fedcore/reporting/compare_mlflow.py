@@ -87,13 +87,14 @@ def _record(row: Any) -> dict[str, Any] | None:
 def compare_experiment(experiment: str, console: Console, uri: str | None = None,
                        out_dir: str | Path = "runs") -> Path:
     """Print the table of `experiment` and write its bar chart into `out_dir`; returns the PNG path."""
-    from fedcore.reporting.compare import budget_notes, comparison_table, group_records, merge_notes
+    from fedcore.reporting.compare import budget_notes, group_records, merge_notes
     from fedcore.reporting.plots import compare_figure, save
+    from fedcore.reporting.terminal import console_table
 
     records = load_records(experiment, uri)
     if not records:
         raise UserError(f"MLflow experiment '{experiment}' has no finished fedcore runs yet")
-    console.print(comparison_table(records, by="group", title=f"MLflow experiment '{experiment}'"))
+    console.print(console_table(records, by="group", title=f"MLflow experiment '{experiment}'"))
     for note in [*merge_notes(records, by="group"), *budget_notes(records, by="group")]:
         console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)
     groups = group_records(records, by="group")

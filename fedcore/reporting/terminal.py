@@ -1,4 +1,8 @@
-"""The sweep's comparison table as a terminal shows it (`make run`, `fedcore pipeline run`).
+"""The comparison tables as a terminal shows them: the sweep's (`make run`, `fedcore pipeline run`)
+and the full one of `fedcore run` and `fedcore compare` (`console_table`).
+
+Accuracy and the other shares (F1, precision, memorization) are in % wherever a person reads them;
+JSON, CSV and MLflow keep fractions, converted only here, at the print boundary.
 
 One line per row within 100 columns, method names in full: test accuracy in % (last-10, best round,
 the round validation picks), how much of the noise the global model memorized, and the verdict
@@ -15,6 +19,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from fedcore.reporting.compare import COLUMNS as SUMMARY_COLUMNS
 from fedcore.reporting.compare import fedavg_margin, group_records
 from fedcore.stats.summary import mean_std
 
@@ -74,4 +79,47 @@ def terminal_table(records: list[dict[str, Any]], by: str = "group", title: str 
             table.add_column(h, justify="right")
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))  # labels hold [key=value]: text, not rich markup
+    return table
+
+
+# Summary keys that are not shares of something, so never in %: a correlation, an NMI, a distance.
+NOT_PERCENT = ("last/noise/rate_pearson", "last/detect/sample_label_nmi", "last/test/corr_dist")
+
+
+def _console_cell(key: str, values: list[Any], seeds: int) -> str:
+    m, s = mean_std(values)
+    if m != m:  # NaN: nothing logged
+        return "-"
+    if key.endswith("_best_round"):
+        return f"{m:.0f}"
+    if key in NOT_PERCENT:
+        return f"{m:.3f}" if seeds == 1 else f"{m:.3f} ± {s:.3f}"
+    return f"{100 * m:.1f}" if seeds == 1 else f"{100 * m:.1f} ± {100 * s:.1f}"
+
+
+def console_rows(records: list[dict[str, Any]], by: str = "method") -> tuple[list[str], list[list[str]]]:
+    """Header and rows of `console_table`: one row per group, cells 'mean ± std' over its seeds
+    (the value for one seed), shares in % and marked so in the header."""
+    groups = group_records(records, by)
+    present = [(k, name) for k, name in SUMMARY_COLUMNS if any(k in r["summary"] for r in records)]
+    header = [by, "seeds", *(name if k in NOT_PERCENT or k.endswith("_best_round") else f"{name} %"
+                             for k, name in present)]
+    rows = [[g, str(len(recs)), *(_console_cell(k, [r["summary"].get(k) for r in recs], len(recs))
+                                  for k, _ in present)] for g, recs in groups.items()]
+    margins = [fedavg_margin(recs, records) for recs in groups.values()]
+    if any(d is not None for d in margins):
+        header.append("beats FedAvg (last10 − its best, points)")
+        for row, d in zip(rows, margins, strict=True):
+            row.append("-" if d is None else f"{'yes' if d > 0 else 'no'} {100 * d:+.1f}")
+    return header, rows
+
+
+def console_table(records: list[dict[str, Any]], by: str = "method", title: str = "comparison") -> Table:
+    """`console_rows` as a rich Table (labels as text: they hold [key=value])."""
+    header, rows = console_rows(records, by)
+    table = Table(title=title)
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
     return table

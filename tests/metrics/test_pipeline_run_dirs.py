@@ -45,7 +45,9 @@ def test_compare_and_report_read_a_pipeline_run_dir(run, tmp_path, capsys):
     cli.main(["compare", str(pipe)])
     table = capsys.readouterr().out
     assert "fedavg" in table and table.count("│ fedavg") == 1  # the last stage's run only, once
-    assert "0.010" not in table  # not the earlier stage's partial summary
+    final = json.loads((run / "metrics.json").read_text())["summary"]["final/acc"]
+    assert f" {100 * final:.1f} " in table  # in %, from the last stage's summary
+    assert " 1.0 " not in table  # not the earlier stage's partial one (final/acc 0.01)
     cli.main(["report", str(pipe), "--out", str(tmp_path / "rep")])
     page = (tmp_path / "rep" / "report.md").read_text()
     assert sum(line.startswith("| fedavg ") for line in page.splitlines()) == 1

@@ -70,3 +70,26 @@ def test_three_seeds_show_mean_and_spread_still_one_line_per_row():
     assert all(len([line for line in lines if f" {m} · {NOISY} " in line]) == 1 for m in QUICKSTART_METHODS)
     header, rows = terminal_rows(records[:-2])  # clean FedAvg with one seed, the others with three
     assert header[1] == "seeds" and [r[1] for r in rows if r[0] == "fedavg · clean"] == ["1"]
+
+
+def test_the_console_table_prints_shares_in_percent_and_the_rest_as_they_are():
+    from fedcore.reporting.terminal import console_rows
+
+    recs = [{"method": "fedsir", "setting": NOISY, "group": "g", "seed": s,
+             "summary": {"final/acc_last10": acc, "final/acc_best_round": 27.0, "last/noise/rate_pearson": 0.41,
+                         "last/detect/client_f1": 0.5}} for s, acc in ((0, 0.80), (1, 0.90))]
+    header, rows = console_rows(recs, by="method")
+    assert header == ["method", "seeds", "acc last10 %", "best round", "rate r", "client F1 %"]
+    mean, std = (0.80 + 0.90) / 2, 0.10 / 2 ** 0.5  # the sample std of two seeds
+    assert rows == [["fedsir", "2", f"{100 * mean:.1f} ± {100 * std:.1f}", "27", "0.410 ± 0.000",
+                     f"{100 * 0.5:.1f} ± 0.0"]]
+
+
+def test_the_console_tables_verdict_is_in_points():
+    from fedcore.reporting.terminal import console_rows
+
+    recs = [record("fedavg", NOISY, 0.70), record("fedsir", NOISY, 0.80)]
+    header, rows = console_rows(recs, by="group")
+    margin = 0.80 - (0.70 + 0.012)  # fedsir's last-10 minus fedavg's best round
+    assert header[-1] == "beats FedAvg (last10 − its best, points)"
+    assert rows[1][-1] == f"yes {100 * margin:+.1f}" and rows[0][-1] == "-"

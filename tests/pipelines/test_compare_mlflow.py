@@ -18,8 +18,9 @@ def _child(tracker, method, setting, seed, acc, rounds=10):
 
 
 def _pm(a: float, b: float) -> str:
-    # Two seeds' cell: the sample std of two values is |a - b| / sqrt(2) (the population one would be |a - b| / 2).
-    return f"{(a + b) / 2:.3f} ± {abs(a - b) / math.sqrt(2):.3f}"
+    # Two seeds' cell, in % as the console prints scores: the sample std of two values is |a - b| / sqrt(2)
+    # (the population one would be |a - b| / 2).
+    return f"{100 * (a + b) / 2:.1f} ± {100 * abs(a - b) / math.sqrt(2):.1f}"
 
 
 def test_compare_experiment_groups_seeds_and_writes_a_plot(tmp_path, monkeypatch, capsys):
@@ -36,8 +37,8 @@ def test_compare_experiment_groups_seeds_and_writes_a_plot(tmp_path, monkeypatch
     main(["compare", "--experiment", "cmp"])
 
     out = capsys.readouterr().out
-    assert "fedavg · noisy" in out and _pm(0.80, 0.90) in out and "0.850 ± 0.071" in out
-    assert "fedprox · noisy" in out and "0.700" in out
+    assert "fedavg · noisy" in out and _pm(0.80, 0.90) in out and "85.0 ± 7.1" in out
+    assert "fedprox · noisy" in out and f"{100 * 0.70:.1f}" in out
     assert out.count("· noisy") == 2  # one row per (method, setting); the parent and the running run are no rows
     png = tmp_path / "runs" / "compare-cmp.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -64,7 +65,7 @@ def test_compare_experiment_never_averages_runs_of_different_configs(tmp_path, m
 
     out = capsys.readouterr().out
     assert "fedavg · noisy [train.rounds=30]" in out and "fedavg · noisy [train.rounds=10]" in out
-    assert _pm(0.60, 0.70) in out  # the two 10-round seeds; the 30-round run stands alone at 0.800
+    assert _pm(0.60, 0.70) in out  # the two 10-round seeds; the 30-round run stands alone at 80.0
     assert "they differ in train.rounds: 10 | 30" in out
 
 
