@@ -155,3 +155,27 @@ def test_the_tracking_options_become_overrides():
     assert tracking_sets(None, None) == []
     assert tracking_sets(False, None) == ["tracking.backend=none"]
     assert tracking_sets(None, "http://mlflow:5000") == ["tracking.backend=mlflow", "tracking.uri=http://mlflow:5000"]
+
+
+def test_a_pipelines_tracking_uri_replaces_the_local_store(tmp_path, monkeypatch):
+    from fedcore.cli.pipeline import load_pipeline_config
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    local = load_pipeline_config(None, None, True, tmp_path)
+    assert local.tracking.uri.startswith("sqlite:///") and str(tmp_path) in local.tracking.uri
+    given = load_pipeline_config(None, None, True, tmp_path, uri="http://mlflow.example:5000")
+    assert (given.tracking.backend, given.tracking.uri) == ("mlflow", "http://mlflow.example:5000")
+
+
+def test_quickstart_applies_set_after_its_own_settings(tmp_path):
+    from fedcore.cli.quickstart import quickstart_pipeline
+
+    cfg, _ = quickstart_pipeline(tmp_path, 2, ("fedavg",), True, ["train.lr=0.0123", "train.rounds=3"])
+    assert cfg.train.lr == 0.0123 and cfg.train.rounds == 3  # --set wins over --rounds' train.rounds=2
+
+
+def test_compare_refuses_a_tracking_uri_without_an_experiment(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", str(tmp_path), "--tracking-uri", "http://mlflow.example:5000"])
+    assert exit_info.value.code == 2
+    assert "--tracking-uri is where --experiment is read from" in capsys.readouterr().err
