@@ -179,3 +179,14 @@ def test_compare_refuses_a_tracking_uri_without_an_experiment(tmp_path, capsys):
         main(["compare", str(tmp_path), "--tracking-uri", "http://mlflow.example:5000"])
     assert exit_info.value.code == 2
     assert "--tracking-uri is where --experiment is read from" in capsys.readouterr().err
+
+
+def test_the_bench_choice_line_reads_in_percent_and_points():
+    from fedcore.cli.bench import choice_line
+
+    mean, margin = 0.36412, 0.00223
+    scene = {"choice": "fedsir", "choice_setting": "tuned", "means": {"fedsir (tuned)": mean}, "metric": "acc",
+             "runner_up": "fednoro", "runner_up_setting": "tuned", "margin": margin, "left_out": []}
+    assert choice_line("quickstart", scene) == (
+        f"quickstart: fedsir at its tuned setting (val acc last-10 {100 * mean:.2f}%), runner-up fednoro (tuned) "
+        f"by {100 * margin:.2f} points")

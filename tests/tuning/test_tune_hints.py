@@ -4,6 +4,7 @@ than two config hashes (defect 6)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -23,8 +24,10 @@ def _sets(extra=()):
 def test_the_hint_runs_best_yaml_on_a_reporting_seed_and_a_mismatch_names_keys(tmp_path, capsys):
     out = tmp_path / "tune"
     cli.main(["tune", CONFIG, *_sets(), "--trials", "1", "--out", str(out), "--no-progress"])
-    hint = capsys.readouterr().out.strip().splitlines()[-1]
+    best, hint = capsys.readouterr().out.strip().splitlines()[-2:]
     assert load_config(out / "best.yaml").seed == 100  # best.yaml keeps the seed it was tuned on
+    tune = json.loads((out / "tune.json").read_text())  # the file keeps the fraction; the line says %
+    assert best.startswith(f"best {tune['objective']} = {100 * tune['best_value']:.2f}% (trial 0"), best
     assert hint.startswith(f"run it: fedcore run {out / 'best.yaml'} --set seed=0 "), hint
     assert "tuning seed 100" in hint
 
