@@ -116,7 +116,7 @@ def test_a_seed_that_is_not_an_integer_is_one_line(capsys):
 def test_every_command_that_touches_mlflow_is_classified():
     for name, cmd in LEAVES.items():
         text = " ".join([cmd.help or "", *(getattr(p, "help", "") or "" for p in cmd.params)])
-        if "MLflow" in text or "tracking" in _options(cmd) or "--tracking-uri" in _options(cmd):
+        if "MLflow" in text or {"--tracking", "--tracking-uri", "--experiment"} & set(_options(cmd)):
             assert name in WRITERS | READERS | NOT_TRACKING, f"{name} reads or writes MLflow: classify it here"
 
 
