@@ -13,7 +13,7 @@ from fedcore.bench.grid import load_grid
 from fedcore.bench.plan import plan_grid
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = yaml.safe_load((ROOT / "experiments/grids/tiny.yaml").read_text())
+TINY = yaml.safe_load((ROOT / "lab/grids/tiny.yaml").read_text())
 
 
 def _grid(tmp_path: Path, **changes) -> Path:
@@ -83,7 +83,7 @@ def test_rows_switch_method_and_variants_keep_their_fixed_params(tmp_path):
 def test_the_quickstart_grid_is_the_one_the_shipped_tuned_sweep_was_made_with():
     from fedcore.pipeline.plan import load_sweep_spec
 
-    grid = load_grid(ROOT / "experiments/grids/quickstart.yaml")
+    grid = load_grid(ROOT / "lab/grids/quickstart.yaml")
     sweep = ROOT / "configs/sweeps/quickstart_tuned.yaml"
     assert set(grid.methods) == set(load_sweep_spec(sweep).method_overrides)
     head = sweep.read_text()
