@@ -41,7 +41,6 @@ app.command("tune")(tune.tune)
 app.command("report")(report.report)
 app.command("bench")(bench.bench)
 app.command("bench-table")(bench.bench_table)
-app.command("bench-record")(bench.bench_record)
 
 
 def main(argv: list[str] | None = None) -> None:

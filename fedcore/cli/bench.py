@@ -1,7 +1,6 @@
 """`fedcore bench GRID`: tune every method of every scene with the same budget, run the default
 and tuned settings on the reporting seeds, and pick a method per scene on validation.
-`fedcore bench-table OUT...`: the tables of docs/results/tuning.md from one or more bench results.
-`fedcore bench-record OUT... --out FILE`: one portable bench.json from a grid's parts."""
+`fedcore bench-table OUT...`: the tables of lab/results/tuning.md from one or more bench results."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ SetOpt = set_option("dotted override for every scene, e.g. train.rounds=3 (repea
 
 
 def bench(
-    grid: Annotated[Path, typer.Argument(help="grid YAML, e.g. experiments/grids/quickstart.yaml")],
+    grid: Annotated[Path, typer.Argument(help="grid YAML, e.g. lab/grids/quickstart.yaml")],
     out: Annotated[Path, typer.Option("--out", "-o", help="bench dir: data, tunes, runs, bench.json")] = Path(
         "runs/bench"),
     trials: Annotated[int | None, typer.Option("--trials", "-n", help="tune trials per method (the grid's "
@@ -28,8 +27,8 @@ def bench(
     methods: Annotated[str | None, typer.Option("--methods", help="methods, e.g. fedavg,fedgr-robust (the grid's "
                                                 "otherwise)")] = None,
     scenes: Annotated[str | None, typer.Option("--scenes", help="only these scenes, e.g. fedrg_sym_localized (the "
-                                              "grid's otherwise): a grid in parts, joined by `fedcore "
-                                              "bench-record`")] = None,
+                                              "grid's otherwise): a grid in parts, read together by "
+                                              "`fedcore bench-table A B`")] = None,
     set_: SetOpt = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="tunes and runs at once, each in its own "
                                       "process on one thread")] = 1,
@@ -163,7 +162,7 @@ def bench_table(
     per_seed: Annotated[bool, typer.Option("--per-seed", help="per scene, every row's last-10 on each seed "
                                            "beside FedAvg's two bars, ✓ where a tuned row beats both")] = False,
 ) -> None:
-    """Print the tables of docs/results/tuning.md from bench results: per scene, default and tuned
+    """Print the tables of lab/results/tuning.md from bench results: per scene, default and tuned
     rows with the verdicts against FedAvg (the table OUT/SCENE/table.md holds too), or --summary, or
     --per-seed."""
     from fedcore.bench.tables import load_scenes, scene_table, scene_tables, seed_table, summary_table
@@ -185,28 +184,3 @@ def bench_table(
         text = summary_table(chosen) if summary else "\n\n".join(scene_table(n, s) for n, s in chosen.items())
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-
-def bench_record(
-    results: Annotated[list[Path], typer.Argument(help="`fedcore bench` OUT dirs (or bench.json files, records "
-                                                  "included) of one grid's parts")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="the record to write, e.g. "
-                                      "docs/results/bench/NAME.json (may be one of the inputs)")],
-    scenes: Annotated[str | None, typer.Option("--scenes", help="only these scenes, in this order (every "
-                                               "finished scene given otherwise)")] = None,
-) -> None:
-    """Join the finished scenes of a grid run in parts (`fedcore bench GRID --scenes ...`) into one
-    bench.json with paths relative to a bench dir; `fedcore bench-table FILE` reads it. Refuses parts of
-    different grids, a scene given twice and a scene with work left."""
-    import json
-
-    from fedcore.bench.record import join_records
-    from fedcore.io import atomic_write_bytes
-
-    record, origin = join_records(results, str_list(scenes))
-    out = local_folder(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
-    for name, scene in record["scenes"].items():
-        console.print(f"{choice_line(name, scene)}  [from {origin[name]}]", markup=False, highlight=False,
-                      soft_wrap=True)
-    console.print(f"wrote {out} ({len(record['scenes'])} scenes)", markup=False, highlight=False)
