@@ -1,5 +1,5 @@
-"""The FedRG / FedSIR result scripts and the strong-view check in experiments/ still read what
-fedcore writes (see tests/test_result_scripts.py for the FedGR ones)."""
+"""The FedRG / FedSIR result scripts and the strong-view check in lab/ still read what
+fedcore writes (see lab/tests/test_result_scripts.py for the FedGR ones)."""
 
 import csv
 import functools
@@ -14,9 +14,9 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import FederatedDataset
 from fedcore.engine.checkpoint import load_checkpoint
 from fedcore.run import run_experiment
+from lab.tests.test_result_scripts import HALF2, HALF3, _floats, _run_quiet, load_script
 from tests.methods.test_fednoro import digits_cfg as fednoro_cfg
 from tests.methods.test_fedrg import digits_cfg as fedrg_cfg
-from tests.test_result_scripts import HALF2, HALF3, _floats, _run_quiet, load_script
 
 FAST = {"identify_epochs": 5, "relabel_every": 2, "min_class_n": 5}  # as in tests/methods/test_fedsir.py
 
@@ -82,7 +82,7 @@ def test_fedrg_diagnose_rare_class_false_positives(fedrg_diag):
 
 @pytest.fixture(scope="module")
 def fedsir_root(tmp_path_factory):
-    """experiments/fedsir.sh's layout for both presets, from three short runs on one scene:
+    """lab/fedsir.sh's layout for both presets, from three short runs on one scene:
     FedSIR (seeds 0 and 2), FedSIR with a shorter identify stage (seed 1), FedAvg (seed 0)."""
     root = tmp_path_factory.mktemp("fedsir")
     fed = build_federated_dataset(fednoro_cfg("fedsir"))

@@ -1,4 +1,4 @@
-"""experiments/figures.sh against a stand-in `fedcore report`: a set is drawn only from finished
+"""lab/figures.sh against a stand-in `fedcore report`: a set is drawn only from finished
 runs, every one of them, and its old PNGs are replaced."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 FAKE_PY = r"""#!/usr/bin/env bash
 echo "$*" >> "$FAKE_LOG"
@@ -27,7 +27,7 @@ def _run(tmp_path: Path, runs: Path, out: Path, bench: str = "") -> subprocess.C
     env = {"PY": str(py), "FAKE_LOG": str(tmp_path / "log"), "OUT": str(out), "PATH": "/usr/bin:/bin",
            **{k: str(tmp_path / "none") for k in ("FEDGR_RUNS", "FEDSIR_RUNS", "FEDHARMONY_RUNS")},
            "TUNING_BENCH": bench or str(tmp_path / "none")}
-    done = subprocess.run(["bash", "experiments/figures.sh", str(runs)], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run(["bash", "lab/figures.sh", str(runs)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done
@@ -77,7 +77,7 @@ def test_every_set_reads_its_own_runs_folder(tmp_path):
     env = {"PY": str(py), "FAKE_LOG": str(tmp_path / "log"), "OUT": str(out), "PATH": "/usr/bin:/bin",
            "FEDSIR_RUNS": str(fedsir), "FEDGR_RUNS": str(tmp_path / "none"), "FEDHARMONY_RUNS": str(tmp_path / "none"),
            "TUNING_BENCH": str(tmp_path / "none")}
-    done = subprocess.run(["bash", "experiments/figures.sh", str(tmp_path / "tuning")], cwd=ROOT, env=env,
+    done = subprocess.run(["bash", "lab/figures.sh", str(tmp_path / "tuning")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     (call,) = (tmp_path / "log").read_text().splitlines()

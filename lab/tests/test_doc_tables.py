@@ -1,4 +1,4 @@
-"""The docs' bench tables are generated from the recorded bench runs by experiments/bench_tables.py:
+"""The docs' bench tables are generated from the recorded bench runs by lab/bench_tables.py:
 the committed ones are not stale, an edited number makes them so, and a bad marker is one line, exit 2."""
 
 from __future__ import annotations
@@ -9,24 +9,27 @@ import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = importlib.util.spec_from_file_location("bench_tables", ROOT / "experiments" / "bench_tables.py")
+SPEC = importlib.util.spec_from_file_location("bench_tables", ROOT / "lab" / "bench_tables.py")
 bt = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(bt)
-RECORD = "docs/results/bench/quickstart.json"
+RECORD = "lab/records/quickstart.json"
 
 
 def _tree(tmp_path: Path, page: str) -> Path:
     """A repo-shaped tmp tree with the quickstart record and one page."""
-    (tmp_path / "docs/results/bench").mkdir(parents=True)
+    (tmp_path / "lab/records").mkdir(parents=True)
+    (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / RECORD, tmp_path / RECORD)
     (tmp_path / "docs/page.md").write_text(page, encoding="utf-8")
     return tmp_path
 
 
 def test_the_committed_tables_match_the_records():
-    assert bt.main(["--check", "--root", str(ROOT)]) == 0, "run .venv/bin/python experiments/bench_tables.py"
+    assert bt.main(["--check", "--root", str(ROOT)]) == 0, "run .venv/bin/python lab/bench_tables.py"
     # The check has something to check: the quickstart's table in baselines.md is a generated block.
-    assert f"<!-- bench-table {RECORD} -->" in (ROOT / "docs/results/baselines.md").read_text(encoding="utf-8")
+    assert f"<!-- bench-table {RECORD} -->" in (ROOT / "lab/results/baselines.md").read_text(encoding="utf-8")
+    # and a user guide's worked example is one too: the script reads docs/ as well as lab/results/.
+    assert "<!-- bench-table lab/records/crowd.json -->" in (ROOT / "docs/federation.md").read_text(encoding="utf-8")
 
 
 def test_an_edited_number_is_stale_and_a_run_rewrites_only_the_block(tmp_path, capsys):
@@ -67,7 +70,7 @@ def test_a_per_seed_block_is_the_scenes_seed_table(tmp_path):
 
 def test_bad_markers_are_one_line_and_exit_2(tmp_path, capsys):
     cases = {
-        "<!-- bench-table docs/results/bench/none.json -->\n<!-- /bench-table -->\n": "no bench results at",
+        "<!-- bench-table lab/records/none.json -->\n<!-- /bench-table -->\n": "no bench results at",
         f"<!-- bench-table {RECORD} --scenes nope -->\n<!-- /bench-table -->\n": "scene nope not in",
         f"<!-- bench-table {RECORD} --bogus -->\n<!-- /bench-table -->\n": "cannot read",
         f"<!-- bench-table {RECORD} -->\nno end marker\n": "has no <!-- /bench-table -->",

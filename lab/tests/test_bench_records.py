@@ -1,6 +1,6 @@
 """The recorded bench runs behind the docs are the shipped grids' runs, and the quickstart's sweep is one's output.
 
-docs/results/bench/NAME.json is the bench.json of `fedcore bench experiments/grids/NAME.yaml` (run
+lab/records/NAME.json is the bench.json of `fedcore bench lab/grids/NAME.yaml` (run
 dirs made relative). The grids take minutes to an hour, too long for the suite, so the tests check
 the chain from each record instead: its grid is the grid file, its choice is what the rule computes
 from its rows, and the quickstart's tunes give configs/sweeps/quickstart_tuned.yaml exactly. The rule is
@@ -22,7 +22,7 @@ from fedcore.bench.grid import load_grid
 from fedcore.bench.sweepfile import tuned_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDS_DIR = ROOT / "docs/results/bench"
+RECORDS_DIR = ROOT / "lab/records"
 
 
 # record -> its scenes; (record, scene) -> the shipped sweep of that scene's tuned settings
@@ -51,7 +51,7 @@ def _record(name: str) -> dict:
 @pytest.mark.parametrize("name", sorted(RECORDS))
 def test_the_record_was_run_from_the_shipped_grid(name):
     bench = _record(name)
-    grid = load_grid(ROOT / f"experiments/grids/{name}.yaml")
+    grid = load_grid(ROOT / f"lab/grids/{name}.yaml")
     assert sorted(bench["scenes"]) == sorted(RECORDS[name]) == sorted(grid.scenes)
     assert bench["grid"]["methods"] == list(grid.methods)
     assert (bench["grid"]["trials"], bench["grid"]["tuning_seed"]) == (grid.trials, grid.tuning_seed)
@@ -65,7 +65,7 @@ def test_the_shipped_tuned_sweep_is_the_records_tunes_to_the_digit(name, scene):
     shipped = yaml.safe_load((ROOT / SHIPPED[name, scene]).read_text())
     fixed = {m: t["fixed"] for m, t in rec["tuned"].items()}
     # The chosen row with the method it trains (itself, or a variant's: fedgr-robust trains fedgr).
-    method = load_grid(ROOT / f"experiments/grids/{name}.yaml").variant(rec["choice"]).method
+    method = load_grid(ROOT / f"lab/grids/{name}.yaml").variant(rec["choice"]).method
     # A record's scene holds the federation's overrides (`set`); the sweep file holds them with the data they gave.
     scene_block = shipped.pop("scene", None)
     assert scene_block is None or scene_block["set"] == rec["set"]
@@ -92,7 +92,7 @@ def test_fedcore_run_with_the_shipped_sweep_trains_the_records_tuned_runs(name, 
     from fedcore.registries import load_config
 
     bench = _record(name)
-    grid = load_grid(ROOT / f"experiments/grids/{name}.yaml")
+    grid = load_grid(ROOT / f"lab/grids/{name}.yaml")
     sc, rec = grid.scenes[scene], bench["scenes"][scene]
     spec = load_sweep_spec(ROOT / SHIPPED[name, scene])
     seed = grid.seeds[-1]

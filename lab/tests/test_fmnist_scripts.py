@@ -1,4 +1,4 @@
-"""The `fmnist` modes of experiments/*.sh (through fmnist_lib.sh) and fmnist_table.py.
+"""The `fmnist` modes of lab/*.sh (through fmnist_lib.sh) and fmnist_table.py.
 
 `PY` is a stand-in that logs each call and writes what `fedcore data prepare` / `fedcore run`
 would (a manifest; metrics.json and history.csv with chosen numbers), so the test checks what
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 FAKE_PY = r"""#!/usr/bin/env bash
 echo "$*" >> "$FAKE_LOG"
@@ -55,7 +55,7 @@ def calls(env: dict, kind: str) -> list[str]:
 
 def test_fedsir_fmnist_mode_shares_data_skips_and_resumes(tmp_path: Path, fake: dict):
     out = tmp_path / "fm"
-    first = script(fake, "experiments/fedsir.sh", "fmnist", str(out))
+    first = script(fake, "lab/fedsir.sh", "fmnist", str(out))
     runs = calls(fake, "run")
     # 2 presets x (7 baselines + clean ceiling + FedSIR + 6 ablations) x 3 seeds
     assert len(runs) == 2 * 15 * 3
@@ -76,7 +76,7 @@ def test_fedsir_fmnist_mode_shares_data_skips_and_resumes(tmp_path: Path, fake: 
     (out / "fedsir_09/fedsir/s1/metrics.json").unlink()  # interrupted: checkpoints, no metrics.json
     (out / "fedsir_09/fedsir/s1/checkpoints").mkdir()
     (out / "fedsir_09/fedsir/s1/checkpoints/stage-identify.pt").write_bytes(b"x")
-    script(fake, "experiments/fedsir.sh", "fmnist", str(out))
+    script(fake, "lab/fedsir.sh", "fmnist", str(out))
     again = calls(fake, "run")
     assert len(again) == 1 and f"--resume {out}/fedsir_09/fedsir/s1" in again[0]
     assert calls(fake, "data") == []
@@ -84,8 +84,8 @@ def test_fedsir_fmnist_mode_shares_data_skips_and_resumes(tmp_path: Path, fake: 
 
 @pytest.mark.parametrize(("args", "presets", "own_rows", "probes"), [
     # + FedRG, its 3 v2 variants and their combination; 2 exploratory rows on seed 0 only
-    (["experiments/fedrg.sh", "fmnist", "{out}"], 4, 5, 2),
-    (["experiments/baselines.sh", "fmnist", "{out}"], 8, 0, 0),
+    (["lab/fedrg.sh", "fmnist", "{out}"], 4, 5, 2),
+    (["lab/baselines.sh", "fmnist", "{out}"], 8, 0, 0),
 ])
 def test_other_docs_queue_every_baseline_on_their_presets(tmp_path: Path, fake: dict, args: list, presets: int,
                                                           own_rows: int, probes: int):
@@ -103,7 +103,7 @@ def test_other_docs_queue_every_baseline_on_their_presets(tmp_path: Path, fake: 
 
 def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Path, fake: dict):
     out = tmp_path / "fm"
-    res = script(fake, "experiments/fedgr.sh", str(out), "1", "fmnist")
+    res = script(fake, "lab/fedgr.sh", str(out), "1", "fmnist")
     runs = calls(fake, "run")
     # 2 presets x (7 baselines + FedAvg clean + FedGR + FedGR clean + 4 ablations + the class-wise
     # sieve + plain views w/o B + the robust profile, noisy and clean) x 3 seeds; FedGR v1, spec text
@@ -138,7 +138,7 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
 
     Path(fake["FAKE_LOG"]).unlink()
     fake["FM_ROWS"], fake["SEEDS"] = "fedgr", "3"
-    script(fake, "experiments/fedgr.sh", str(out), "1", "fmnist")
+    script(fake, "lab/fedgr.sh", str(out), "1", "fmnist")
     assert sorted(r.split("--out ")[1].split()[0] for r in calls(fake, "run")) == \
         [f"{out}/fedgr_mixed/fedgr/s3", f"{out}/fedgr_sym/fedgr/s3", f"{out}/fedgr_sym_cnn/fedgr/s3"]
 
@@ -146,17 +146,17 @@ def test_fedgr_fmnist_mode_adds_its_rows_and_the_clean_label_check(tmp_path: Pat
 def test_a_diverged_seed_is_named_in_the_table_and_not_retried_unless_asked(tmp_path: Path, fake: dict):
     out = tmp_path / "fm"
     fake.update(FM_ROWS="fedavg coteaching", FAKE_DIVERGE="seed=2 -s method.name=coteaching")
-    first = script(fake, "experiments/baselines.sh", "fmnist", str(out))
+    first = script(fake, "lab/baselines.sh", "fmnist", str(out))
     assert first.stdout.count("| coteaching (2; s2 diverged in round 35) | 55.0 ± 0.0 |") == 8  # every preset
     assert "| fedavg (3) |" in first.stdout
     assert "FAILED" in first.stdout and not (out / "fedsir_09/coteaching/s2/metrics.json").exists()
 
     Path(fake["FAKE_LOG"]).unlink()
-    again = script(fake, "experiments/baselines.sh", "fmnist", str(out))
+    again = script(fake, "lab/baselines.sh", "fmnist", str(out))
     assert calls(fake, "run") == []
     assert f"skipping {out}/fedsir_09/coteaching/s2 (diverged before" in again.stderr
 
     fake["FM_RETRY"] = "1"
-    script(fake, "experiments/baselines.sh", "fmnist", str(out))
+    script(fake, "lab/baselines.sh", "fmnist", str(out))
     retried = [r.split("--out ")[1].split()[0] for r in calls(fake, "run")]
     assert len(retried) == 8 and all(r.endswith("/coteaching/s2") for r in retried)

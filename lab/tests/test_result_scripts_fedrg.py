@@ -1,4 +1,4 @@
-"""experiments/fedrg_bench.py (the Fashion-MNIST mode of fedrg.sh): equal round budgets (FedRG's
+"""lab/fedrg_bench.py (the Fashion-MNIST mode of fedrg.sh): equal round budgets (FedRG's
 SimCLR rounds inside the baselines' total) and tables that join the FedAvg run's small-loss probe
 into the FedRG rows."""
 
@@ -9,8 +9,8 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.metrics import noise_majority
 from fedcore.registries import config_from_dict
 from fedcore.run import run_experiment
+from lab.tests.test_result_scripts import load_script
 from tests.methods.test_fedrg import digits_cfg
-from tests.test_result_scripts import load_script
 
 BASE = ["-s", "method.name=fedavg", "-s", "method.params={}", "-s", "train.stage_rounds={}"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedcore.io.files import refresh_texts
+from lab.refresh_texts import refresh_texts
 
 
 def test_check_names_stale_and_missing_files_and_writes_nothing(tmp_path: Path, capsys):

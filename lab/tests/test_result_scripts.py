@@ -1,4 +1,4 @@
-"""The diagnostic scripts in experiments/ (and experiments/notes/) still read what fedcore writes.
+"""The diagnostic scripts in lab/ (and lab/notes/) still read what fedcore writes.
 
 They read ground truth, so they live outside the library; these tests keep them from rotting
 when a run's outputs or a method's hooks change.
@@ -23,13 +23,13 @@ from fedcore.run import make_context, run_experiment
 from fedcore.stats.sieving import local_sieve, pooled_sieve
 from tests.methods.test_fedgr_method import digits_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HALF2, HALF3 = 0.0051, 0.00051  # a printed .2f / .3f value: half a last digit, plus float slack at the tie
 
 
 def load_script(name: str):
-    """experiments/NAME.py as a module; NAME may hold a folder (notes/fedgr_diagnose)."""
-    spec = importlib.util.spec_from_file_location(Path(name).name, ROOT / "experiments" / f"{name}.py")
+    """lab/NAME.py as a module; NAME may hold a folder (notes/fedgr_diagnose)."""
+    spec = importlib.util.spec_from_file_location(Path(name).name, ROOT / "lab" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -107,7 +107,7 @@ def _expect(vals, scale=100.0, digits=1):
 
 
 def test_table_rows_are_recomputed_from_the_histories(fedgr_run, tmp_path, capsys):
-    """experiments/fedgr.sh's layout: FedGR on two seeds (links to one run), FedAvg on one."""
+    """lab/fedgr.sh's layout: FedGR on two seeds (links to one run), FedAvg on one."""
     cfg, data, run, res = fedgr_run
     avg = run_experiment(ExperimentConfig.model_validate({**cfg.model_dump(), "method": {"name": "fedavg"}}),
                          tmp_path / "fedavg-run", data=data)

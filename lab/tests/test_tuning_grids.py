@@ -1,5 +1,5 @@
-"""The grids under experiments/grids/ run the protocol that experiments/tuning.sh ran for the tables of
-docs/results/tuning.md: the same scenes, rows, trials, seeds and validation split, and for every tune,
+"""The grids under lab/grids/ run the protocol that the retired experiments/tuning.sh ran for the tables of
+lab/results/tuning.md: the same scenes, rows, trials, seeds and validation split, and for every tune,
 default run and shared artifact the same whole config. tuning.sh retired once this test had checked
 these literals against its text; they stay here as the record of what it ran (git history has it)."""
 
@@ -15,7 +15,7 @@ from fedcore.registries import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# experiments/tuning.sh, as it ran.
+# experiments/tuning.sh (retired), as it ran.
 BASELINES = ["fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix"]
 MULTI_BASELINES = ["fedavg", "fedprox"]  # the others refuse multi-label data
 TRIALS, TUNE_SEED, SEEDS, VAL = 8, 100, [0, 1, 2], "data.validation.fraction=0.1"
@@ -65,13 +65,13 @@ GRIDS = sorted({g for g, *_ in SCENES.values()})
 def test_the_grids_hold_every_scene_of_the_page_and_the_quickstart():
     scenes = {}
     for g in GRIDS:
-        scenes.update({name: g for name in load_grid(ROOT / f"experiments/grids/{g}.yaml").scenes})
+        scenes.update({name: g for name in load_grid(ROOT / f"lab/grids/{g}.yaml").scenes})
     assert scenes == {s: g for s, (g, *_) in SCENES.items()}
 
 
 @pytest.mark.parametrize("grid_name", GRIDS)
 def test_a_grid_has_tuning_sh_budget_seeds_and_rows(grid_name):
-    grid = load_grid(ROOT / f"experiments/grids/{grid_name}.yaml")
+    grid = load_grid(ROOT / f"lab/grids/{grid_name}.yaml")
     assert (grid.trials, grid.tuning_seed, grid.seeds, grid.validation_fraction) == (TRIALS, TUNE_SEED, SEEDS, 0.1)
     for scene, config in grid.scenes.items():
         assert config.config == preset_of(scene) and config.set == []
@@ -80,7 +80,7 @@ def test_a_grid_has_tuning_sh_budget_seeds_and_rows(grid_name):
 
 @pytest.mark.parametrize("grid_name", GRIDS)
 def test_every_tune_run_and_artifact_has_the_config_tuning_sh_gave_it(grid_name, tmp_path):
-    grid = load_grid(ROOT / f"experiments/grids/{grid_name}.yaml")
+    grid = load_grid(ROOT / f"lab/grids/{grid_name}.yaml")
     out = tmp_path / "out"
     first, after = plan_grid(grid, out, [])
     seen = set()

@@ -1,4 +1,4 @@
-"""experiments/notes/fedharmony_labels.py still reads what fedcore writes: a short FedAvg run on scenes_mosaic."""
+"""lab/notes/fedharmony_labels.py still reads what fedcore writes: a short FedAvg run on scenes_mosaic."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
 from fedcore.run import run_experiment
 from fedcore.stats.correlation import offdiag_distance, phi_correlation
-from tests.test_result_scripts import _floats, _run_quiet, load_script
+from lab.tests.test_result_scripts import _floats, _run_quiet, load_script
 
 
 def test_fedharmony_labels_reports_the_runs_test_map_and_the_label_tension(tmp_path):
