@@ -106,3 +106,13 @@ def test_every_tune_run_and_artifact_has_the_config_tuning_sh_gave_it(grid_name,
     assert sorted(p.name for p, *_ in data_jobs(grid, out, [])) == sorted(
         f"data-s{s}" for _ in grid.scenes for s in [TUNE_SEED, *SEEDS])
 
+
+def test_the_quickstart_grid_is_the_one_the_shipped_tuned_sweep_was_made_with():
+    from fedcore.pipeline.plan import load_sweep_spec
+
+    grid = load_grid(ROOT / "lab/grids/quickstart.yaml")
+    sweep = ROOT / "configs/sweeps/quickstart_tuned.yaml"
+    assert set(grid.methods) == set(load_sweep_spec(sweep).method_overrides)
+    head = sweep.read_text()
+    assert f"per row {grid.trials} trials" in head and f"on seed {grid.tuning_seed}" in head
+    assert f"data.validation.fraction={grid.validation_fraction}" in head

@@ -80,17 +80,6 @@ def test_rows_switch_method_and_variants_keep_their_fixed_params(tmp_path):
     assert {j.data for j in [*first, *tuned] if j.kind == "run"} == {tmp_path / "out" / "quickstart-tiny" / "data-s0"}
 
 
-def test_the_quickstart_grid_is_the_one_the_shipped_tuned_sweep_was_made_with():
-    from fedcore.pipeline.plan import load_sweep_spec
-
-    grid = load_grid(ROOT / "lab/grids/quickstart.yaml")
-    sweep = ROOT / "configs/sweeps/quickstart_tuned.yaml"
-    assert set(grid.methods) == set(load_sweep_spec(sweep).method_overrides)
-    head = sweep.read_text()
-    assert f"per row {grid.trials} trials" in head and f"on seed {grid.tuning_seed}" in head
-    assert f"data.validation.fraction={grid.validation_fraction}" in head
-
-
 def test_scene_left_sums_each_scenes_missing_trials_and_runs_and_omits_finished_scenes():
     from fedcore.bench.plan import scene_left
 
