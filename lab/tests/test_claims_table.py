@@ -100,6 +100,7 @@ def test_bad_blocks_get_one_clear_line(block, message):
         ct.page_claims("page", block)
 
 
-def test_docs_hold_prose_and_figures_only():
-    scripts = [p.relative_to(ROOT) for p in (ROOT / "docs").rglob("*") if p.suffix in (".py", ".sh")]
-    assert scripts == [], f"move them to lab/: {scripts}"
+def test_docs_and_the_results_pages_hold_prose_and_figures_only():
+    scripts = [p.relative_to(ROOT) for d in ("docs", "lab/results") for p in (ROOT / d).rglob("*")
+               if p.suffix in (".py", ".sh")]
+    assert scripts == [], f"move them to lab/ (lab/notes/ for a note's one-off diagnostic): {scripts}"
