@@ -26,7 +26,7 @@ run: $(STAMP)
 	$(PY) -m fedcore quickstart
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks scripts experiments
+	$(VENV)/bin/ruff check fedcore components pipelines tests benchmarks scripts lab
 
 pytest: $(STAMP)
 	PYTHON=$(PY) bash scripts/ensure-kubectl.sh

@@ -19,8 +19,6 @@ CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
     ["report", "runs/x", "--out", "gs://nobucket/report"],
     ["data", "prepare", CONFIG, "--out", "s3://nobucket/art"],
     ["pipeline", "run", "experiment", CONFIG, "--local", "--out", "s3://nobucket/pipe"],
-    ["bench-record", str(Path(CONFIG).parents[1] / "docs/results/bench/quickstart.json"), "--out",
-     "s3://nobucket/record.json"],
 ])
 def test_a_remote_out_is_refused_and_nothing_is_written(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

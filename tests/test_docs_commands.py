@@ -18,7 +18,7 @@ from fedcore.cli import _click_error_types, app, main
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/usage.md", "docs/configuration.md", "docs/reliability.md", "docs/deploy.md",
-         "docs/bench.md", "docs/results/tuning.md", "docs/federation.md", "docs/pipelines.md")
+         "docs/bench.md", "lab/results/tuning.md", "docs/federation.md", "docs/pipelines.md", "lab/README.md")
 FENCE = re.compile(r"```(?:bash|sh)\n(.*?)```", re.S)
 INLINE = re.compile(r"`((?:fedcore|make|python) [^`]+)`")
 PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_]{2,}\b|\.\.\.")  # CONFIG, RUN_DIR, NAME, "..."
@@ -71,7 +71,7 @@ def test_a_shown_fedcore_command_line_parses_and_its_files_exist(page, cmd):
         except usage as err:
             pytest.fail(f"{page}: `{cmd}`: {err.format_message()}")
     for word in rest:
-        if word.startswith(("configs/", "docs/", "experiments/")) and not PLACEHOLDER.search(word):
+        if word.startswith(("configs/", "docs/", "lab/")) and not PLACEHOLDER.search(word):
             assert (ROOT / word).exists(), f"{page}: `{cmd}` names {word}, which does not exist"
 
 

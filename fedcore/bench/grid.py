@@ -49,11 +49,11 @@ class Variant(Strict):
     set: list[str] = Field(default_factory=list, description="its fixed params, e.g. method.params.profile=robust")
 
 
-# Spec v3's reading of FedHarmony (experiments/fedharmony.sh, lam 0.1 as picked there on validation).
+# Spec v3's reading of FedHarmony (lab/fedharmony.sh, lam 0.1 as picked there on validation).
 HARMONY_V3 = ["method.params.timing=start", "method.params.teacher=pooled", "method.params.weighting=abs",
               "method.params.diagonal=true", "method.params.scale=sum", "method.params.lam_schedule=caa",
               "method.params.gamma_by=median", "method.params.mask_unannotated=true", "method.params.lam=0.1"]
-# The named rows of docs/results/tuning.md (experiments/grids/fmnist_*.yaml).
+# The named rows of lab/results/tuning.md (lab/grids/fmnist_*.yaml).
 VARIANTS = {"fedgr-robust": Variant(method="fedgr", set=["method.params.profile=robust"]),
             "fedharmony-v3": Variant(method="fedharmony", set=HARMONY_V3)}
 
@@ -80,7 +80,7 @@ def load_grid(path: str | Path, trials: int | None = None, seeds: Sequence[int] 
               scenes: Sequence[str] | None = None) -> Grid:
     """The grid file with the CLI's values (which win), checked: names, keys, seeds, configs.
     scenes: only these of the grid's scenes, in this order (a grid split over machines or sessions,
-    each part's bench.json joined after by `fedcore bench-record`)."""
+    each part's OUT read together after by `fedcore bench-table`)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"grid file '{p}' not found; pass a YAML with scenes, methods, trials and seeds")

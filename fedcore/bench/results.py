@@ -4,7 +4,7 @@
                                     seed_keys, rows, tuned, test_notes, commit (the code that wrote it)
     OUT/SCENE/tuned_sweep.yaml      the scene's tuned settings, its choice and federation (sweepfile.py's format)
     OUT/SCENE/report/report.md      `fedcore report` over the scene's runs
-    OUT/SCENE/table.md              the scene's table in docs/results/tuning.md's format (tables.py)
+    OUT/SCENE/table.md              the scene's table in lab/results/tuning.md's format (tables.py)
 
 A row is one run: method, setting (default|tuned), seed and its final scores; on a multi-label
 scene the same names hold mAP (the scene's `metric` says which). `one_class` marks a run whose

@@ -27,7 +27,7 @@ from fedcore.io.files import atomic_write_bytes
 from fedcore.reporting.config_diff import describe_diff, flatten
 
 SWEEP_HEADER = """\
-# Tuned settings of the `{scene}` rows (docs/results/tuning.md protocol), written by
+# Tuned settings of the `{scene}` rows (lab/results/tuning.md protocol), written by
 # {writer} from {runs}: per row {n} trials of `fedcore tune` on seed {seed}
 # (a seed no table reports), objective {objective} on the clients' held-out validation split
 # (data.validation.fraction={fraction}, noisy labels). A sweep applies each list after the row's

@@ -60,7 +60,6 @@ app.command("tune", short_help="tune a method on validation (Optuna)")(tune.tune
 app.command("report", short_help="a results page with figures from finished runs")(report.report)
 app.command("bench", short_help="pick a method for your federation")(bench.bench)
 app.command("bench-table", short_help="print the tables of bench results")(bench.bench_table)
-app.command("bench-record", short_help="join a grid's parts into one bench.json")(bench.bench_record)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,6 @@
 """`fedcore bench GRID`: tune every method of every scene with the same budget, run the default
 and tuned settings on the reporting seeds, and pick a method per scene on validation.
-`fedcore bench-table OUT...`: the tables of docs/results/tuning.md from one or more bench results.
-`fedcore bench-record OUT... --out FILE`: one portable bench.json from a grid's parts."""
+`fedcore bench-table OUT...`: the tables of one or more bench results (a grid in parts read together)."""
 
 from __future__ import annotations
 
@@ -28,14 +27,12 @@ SetOpt = set_option("dotted override for every scene, e.g. train.rounds=3 (repea
 SeedsOpt = list_option(("--seed", "--seeds"), "reporting seeds, e.g. 0,1 (the grid's otherwise)", ints=True)
 MethodsOpt = list_option(("--method", "--methods"), "methods, e.g. fedavg,fedgr-robust (the grid's otherwise)")
 ScenesOpt = list_option(("--scene", "--scenes"), "only these scenes (the grid's otherwise): a grid in parts, "
-                        "joined by `fedcore bench-record`")
+                        "read together by `fedcore bench-table A B`")
 TableScenesOpt = list_option(("--scene", "--scenes"), "scenes to print, in this order (all otherwise)")
-RecordScenesOpt = list_option(("--scene", "--scenes"), "only these scenes, in this order (every finished scene "
-                              "given otherwise)")
 
 
 def bench(
-    grid: Annotated[Path, typer.Argument(help="grid YAML, e.g. experiments/grids/quickstart.yaml")],
+    grid: Annotated[Path, typer.Argument(help="grid YAML, e.g. lab/grids/quickstart.yaml")],
     out: Annotated[Path, typer.Option("--out", "-o", help="bench dir: data, tunes, runs, bench.json")] = Path(
         "runs/bench"),
     trials: Annotated[int | None, typer.Option("--trials", "-n", help="tune trials per method (the grid's "
@@ -179,7 +176,7 @@ def bench_table(
     per_seed: Annotated[bool, typer.Option("--per-seed", help="per scene, every row's last-10 on each seed "
                                            "beside FedAvg's two bars, ✓ where a tuned row beats both")] = False,
 ) -> None:
-    """Print the tables of docs/results/tuning.md from bench results: per scene, default and tuned
+    """Print the tables of lab/results/tuning.md from bench results: per scene, default and tuned
     rows with the verdicts against FedAvg (the table OUT/SCENE/table.md holds too), or --summary, or
     --per-seed."""
     from fedcore.bench.tables import load_scenes, scene_table, scene_tables, seed_table, summary_table
@@ -201,27 +198,3 @@ def bench_table(
         text = summary_table(chosen) if summary else "\n\n".join(scene_table(n, s) for n, s in chosen.items())
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-
-def bench_record(
-    results: Annotated[list[Path], typer.Argument(help="`fedcore bench` OUT dirs (or bench.json files, records "
-                                                  "included) of one grid's parts")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="the record to write, e.g. "
-                                      "docs/results/bench/NAME.json (may be one of the inputs)")],
-    scenes: RecordScenesOpt = None,
-) -> None:
-    """Join the finished scenes of a grid run in parts (`fedcore bench GRID --scenes ...`) into one
-    bench.json with paths relative to a bench dir; `fedcore bench-table FILE` reads it. Refuses parts of
-    different grids, a scene given twice and a scene with work left."""
-    import json
-
-    from fedcore.bench.record import join_records
-    from fedcore.io import atomic_write_bytes
-
-    record, origin = join_records(results, str_list(scenes))
-    out = local_folder(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, (json.dumps(record, indent=2) + "\n").encode())
-    for name, scene in record["scenes"].items():
-        console.print(f"{choice_line(name, scene)}  [from {origin[name]}]", markup=False, highlight=False,
-                      soft_wrap=True)
-    console.print(f"wrote {out} ({len(record['scenes'])} scenes)", markup=False, highlight=False)

@@ -29,7 +29,7 @@ def bench_pipeline(args: dict[str, Any], options: Any, store: dict[str, str] | N
     from pipelines import build_pipeline
 
     if args.get("config") is None:
-        raise UserError("pass the grid: fedcore pipeline compile bench GRID.yaml (e.g. experiments/grids/tiny.yaml)")
+        raise UserError("pass the grid: fedcore pipeline compile bench GRID.yaml (e.g. lab/grids/tiny.yaml)")
     if args.get("sweep") is not None or args.get("data_prefix"):
         raise UserError("--sweep and --data-prefix are not bench options; a grid names the methods and seeds")
     user = list(args.get("set_") or [])

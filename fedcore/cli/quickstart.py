@@ -33,7 +33,7 @@ CLEAN_METHODS = ["fedavg"]  # the clean setting is a reference: what FedAvg reac
 # The quickstart logs no served MLflow model (state_dicts are still logged): torch.export costs ~5 s
 # of CPU a run, 11 runs here, and the 3-minute budget of `make run` cannot carry it.
 QUICKSTART_OVERRIDES = ["tracking.log_model=false"]
-# Each method's tuned values (the quickstart's equal-budget tunes; `fedcore bench experiments/grids/quickstart.yaml`
+# Each method's tuned values (the quickstart's equal-budget tunes; `fedcore bench lab/grids/quickstart.yaml`
 # writes such a file as OUT/quickstart/tuned_sweep.yaml) and the validation split they were tuned on, which also
 # gives the table its acc-at-val-best column.
 TUNED_SWEEP = "sweeps/quickstart_tuned.yaml"

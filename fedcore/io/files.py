@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,20 +91,3 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write `data` to `path` atomically (see `atomic_open`)."""
     with atomic_open(path, "wb") as f:
         f.write(data)
-
-
-def refresh_texts(files: dict[Path, str], root: Path, check: bool, script: str) -> int:
-    """Bring generated text files to `files` (path -> wanted text); the scripts that write docs share it.
-
-    With `check` nothing is written: each stale file is named on stderr and the result is 1 (0 when
-    none is stale). Otherwise each stale file is rewritten atomically and named on stdout.
-    """
-    stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
-    if check:
-        for p in stale:
-            print(f"stale: {p.relative_to(root)} (run {script})", file=sys.stderr)
-        return 1 if stale else 0
-    for p in stale:
-        atomic_write_bytes(p, files[p].encode("utf-8"))
-        print(f"wrote {p.relative_to(root)}")
-    return 0

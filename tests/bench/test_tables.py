@@ -1,4 +1,4 @@
-"""docs/results/tuning.md's tables from bench.json rows (fedcore.bench.tables): the verdicts against
+"""lab/results/tuning.md's tables from bench.json rows (fedcore.bench.tables): the verdicts against
 the better of FedAvg's two rows per seed, the margins, the trial counts, a diverged seed, a model
 that predicts one class, a multi-label scene, and `fedcore bench-table` over several bench.json."""
 

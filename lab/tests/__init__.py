@@ -1,0 +1,1 @@
+"""The lab's tests: its scripts and records against the library (lab/README.md, "Tests")."""
