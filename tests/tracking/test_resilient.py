@@ -184,7 +184,7 @@ def test_an_outage_mid_run_degrades_once_and_sync_replays_into_the_same_run(stor
     assert history(store, state["run_id"], "final/acc") == [ROUNDS]
     # the journaled state_dict arrives; the served model (best effort) is not replayed
     assert {a.path for a in client.list_artifacts(state["run_id"])} >= {"config.yaml", "history.csv", "metrics.json",
-                                                                       "state_dict", "checkpoints"}
+                                                                       "state_dict", "checkpoints", "figures"}
     assert len(runs_of(store)) == 1
     assert sync(out).delivered == 0  # nothing twice
 
