@@ -79,7 +79,7 @@ class TrackingCallback(Callback):
     # -- hooks ---------------------------------------------------------------------------
 
     def on_run_start(self, info: dict[str, Any]) -> None:
-        # Outage-proof from here on: bounded retries, a journal in the run dir (fedcore.tracking.resilient).
+        # Outage-proof from here on: MLflow's retries, then a journal in the run dir (fedcore.tracking.resilient).
         self.tracker = attach(self.tracker, info)
         self.data_sha256 = self.data_sha256 or info.get("data_sha256")
         t = self.cfg.tracking

@@ -1,27 +1,21 @@
 """How tracking calls reach their endpoints: MLflow's own retries, sized by fedcore's budget.
 
-`MlflowTracker` sends every client call through `Transport.call`. Retrying is MLflow's: its HTTP
-client (urllib3) retries refused or reset connections, timeouts and HTTP 408/429/5xx with
-exponential backoff, for the tracking server and for artifacts the server proxies alike. fedcore
-only sizes it: `retry_seconds` (tracking.retry_seconds, else FEDCORE_TRACKING_RETRY_SECONDS) becomes
-MLFLOW_HTTP_REQUEST_MAX_RETRIES and MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR, the longest of MLflow's
-schedules whose waits fit in it (`mlflow_retries`). With neither set, a user's own
-MLFLOW_HTTP_REQUEST_MAX_RETRIES / _BACKOFF_FACTOR stand as they are; without those either, the budget
-is 60 s. MLFLOW_HTTP_REQUEST_TIMEOUT (per attempt) is kept between 5 and 30 s unless the user set it.
-Artifacts that go from this client straight to an s3:// store retry as botocore's own settings say
-(AWS_MAX_ATTEMPTS, AWS_RETRY_MODE).
+`MlflowTracker` sends every client call through `Transport.call`. MLflow's HTTP client retries
+refused or reset connections, timeouts and HTTP 408/429/5xx with exponential backoff, for the
+tracking server and the artifacts it proxies alike; fedcore only sizes that: the budget
+(tracking.retry_seconds, else FEDCORE_TRACKING_RETRY_SECONDS) becomes the MLFLOW_HTTP_REQUEST_MAX_RETRIES
+/ _BACKOFF_FACTOR schedule whose waits fit in it (`mlflow_retries`). With no budget set, a user's own
+MLFLOW_HTTP_REQUEST_* variables stand, else the budget is 60 s. Uploads straight to an s3:// store
+retry as botocore is set (AWS_MAX_ATTEMPTS, AWS_RETRY_MODE).
 
-What stays here is what MLflow cannot decide for a run that must not stall: a call that fails
-through all of MLflow's retries marks its endpoint (the tracking server, or the artifact store
-behind it or beside it) *down*, and later calls to it fail at once with `TrackingUnavailable`,
-which `fedcore.tracking.resilient` turns into degraded tracking with a local journal. A down
-endpoint gets one attempt per call from then on (`revive`, at a run's end), as does every call
-of a process that is going down (`impatient`). Refused credentials (HTTP 401/403 from an `mlflow
-server --app-name basic-auth`), which MLflow never retries, are `TrackingAuthError`: one line naming
-MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD. It is a kind of `TrackingUnavailable`, so a run
-whose credentials stop working mid-way journals what MLflow refused instead of losing it, and
-`fedcore tracking sync` keeps its journal when it is refused. Any other failure (a bad request, an
-unknown run) is a plain `TrackingError`, at once.
+What MLflow cannot decide for a run that must not stall stays here: a call that fails through
+the retries marks its endpoint *down* (`TrackingUnavailable`; `fedcore.tracking.resilient` then
+journals), later calls to it fail at once, and it gets one attempt per call from then on (`revive`
+at a run's end), as does every call of a process going down (`impatient`). Refused credentials
+(HTTP 401/403, which MLflow never retries) are `TrackingAuthError`, a kind of `TrackingUnavailable`
+whose one line names MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD: a run whose credentials stop
+working journals what MLflow refused, and `fedcore tracking sync` keeps its journal. Any other
+failure (a bad request, an unknown run) is a plain `TrackingError`, at once.
 """
 
 from __future__ import annotations
@@ -49,8 +43,8 @@ MLFLOW, ARTIFACTS = "mlflow", "artifacts"
 FIX_HINT = "start the server or fix tracking.uri / MLFLOW_TRACKING_URI"
 S3_HINT = "start the S3 server or fix MLFLOW_S3_ENDPOINT_URL and AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
 PROXY_HINT = "check the S3 endpoint and credentials the MLflow server was started with"
-_UNREACHABLE = re.compile(r"Max retries exceeded|Failed to establish|timed out|Connection refused|Connection "
-                          r"aborted|RemoteDisconnected|Connection reset|Read timed out|timeout", re.I)
+UNREACHABLE = re.compile(r"Max retries exceeded|Failed to establish|timed out|Connection refused|Connection "
+                         r"aborted|RemoteDisconnected|Connection reset|Read timed out|timeout", re.I)
 _SERVER_ERROR = re.compile(r"(error code|status code|response code|too many) (408|429|5\d\d)\b", re.I)
 _BOTO_TRANSIENT = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
                    "ProxyConnectionError", "HTTPClientError")
@@ -62,7 +56,7 @@ _AUTH_TEXT = re.compile(r"error code (401|403)\b", re.I)
 
 
 class TrackingUnavailable(TrackingError):
-    """An endpoint stayed unreachable through its retry budget; `endpoint` names it."""
+    """An endpoint stayed unreachable through MLflow's retries (or is down since); `endpoint` names it."""
 
     def __init__(self, message: str, endpoint: Endpoint) -> None:
         super().__init__(message)
@@ -94,7 +88,7 @@ def auth_message(uri: str, what: str, status: int) -> str:
 
 @dataclass(frozen=True)
 class Endpoint:
-    key: str  # MLFLOW or ARTIFACTS: which budget it spends
+    key: str  # MLFLOW or ARTIFACTS: which endpoint goes down
     kind: str  # what a user should look at: "MLflow", "S3", "the S3 store behind the MLflow server"
     url: str
 
@@ -278,7 +272,7 @@ class Transport:
         if not isinstance(exc, MlflowException | OSError):
             return None
         text = str(exc)
-        if _UNREACHABLE.search(text) and not _SERVER_ERROR.search(text):
+        if UNREACHABLE.search(text) and not _SERVER_ERROR.search(text):
             return Endpoint(MLFLOW, "MLflow", self.uri)
         if _SERVER_ERROR.search(text) and artifact:
             # The server answered (with 5xx), so it is up: its artifact store behind it is not.
