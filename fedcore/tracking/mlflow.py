@@ -123,6 +123,8 @@ class MlflowTracker(RecordsMixin, RunStack):
         self.artifact_root = artifact_location or default_artifacts
         super().__init__()
         self._params: dict[str, dict[str, str]] = {}
+        # Outside CONNECT_ENV, which would pass for the user's own MLFLOW_HTTP_REQUEST_MAX_RETRIES.
+        self.transport = Transport(self.uri, retry_seconds)
         with temp_env(CONNECT_ENV), quiet_store_setup():
             try:
                 from mlflow import MlflowClient
@@ -133,7 +135,6 @@ class MlflowTracker(RecordsMixin, RunStack):
                 self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
                 self.experiment_id = self._ensure_experiment(experiment)
                 self.experiment = experiment
-                self.transport = Transport(self.uri, retry_seconds)
             except TrackingError:
                 raise
             except Exception as exc:  # any failure here means the store is unusable

@@ -116,6 +116,16 @@ def flaky(monkeypatch):
     server.server.shutdown()
 
 
+def test_a_tracker_with_no_budget_set_gets_60_s(store_db, monkeypatch):
+    for key in ("FEDCORE_TRACKING_RETRY_SECONDS", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(key, raising=False)
+    settings = MlflowTracker(store_db, "budget").transport.settings()
+    assert settings == {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "5", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "2",
+                        "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+    assert MlflowTracker(store_db, "budget", retry_seconds=0).transport.settings()[
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
+
+
 def test_a_bounded_outage_is_waited_out_by_mlflows_own_retries(flaky):
     flaky.fail = 2
     flaky.log(Transport(flaky.uri, retry_s=3))  # two retries fit in 3 s: the third attempt gets through
