@@ -211,7 +211,7 @@ class ResilientTracker:
         self._best_effort("dataset input", lambda: self.inner.log_dataset(dataset))
 
     def _best_effort(self, what: str, call: Any) -> Any:
-        if self._warned:  # an endpoint is down: a try would only spend the budget the run's end needs
+        if self._warned:  # an endpoint is down: a try would only wait through MLflow's retries again
             log.warning("tracking: the run's %s was not logged (tracking is degraded); `fedcore tracking sync` "
                         "does not replay it", what)
             return None
