@@ -217,9 +217,9 @@ class TrackingConfig(Strict):
     parent_run_id: str | None = None
     run_id: str | None = Field(None, description="resume this run (stage components)")
     retry_seconds: float | None = Field(
-        None, ge=0.0, le=3600.0, description="seconds a run may spend retrying an unreachable MLflow server, and "
-        "as many for its artifact store, before tracking degrades to the run dir's journal; default "
-        "FEDCORE_TRACKING_RETRY_SECONDS, else 60")
+        None, ge=0.0, le=1080.0, description="seconds MLflow's own retries may wait out an unreachable server or "
+        "artifact store in one call before tracking degrades to the run dir's journal; default "
+        "FEDCORE_TRACKING_RETRY_SECONDS, else 60 (1080 is MLflow's most: 10 retries, 120 s apart)")
     log_model: bool = Field(
         True, description="log the final model as a served MLflow model (torch.export, ~5 s of CPU a run); "
         "its state_dict artifact is logged either way; the retrain pipeline needs it"

@@ -44,6 +44,7 @@ from fedcore.metrics.classification import at_val_best, summarize_history
 from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
 from fedcore.models import resolve_device
 from fedcore.reporting.config_diff import resume_mismatch
+from fedcore.reporting.report import run_figures
 
 
 @dataclass
@@ -150,7 +151,8 @@ def _run_locked(cfg, out, data, resume, stages, callbacks, dist) -> RunResult:
     # run_dir_lock (rank 0's) created `out`, and removes it again if bad input leaves it empty.
     info = {"config": cfg, "out_dir": out, "stages": [s.name for s in method.stages], "resumed": resume is not None,
             "resumed_from": Path(resume) if resume is not None else None, "data_sha256": fed.sha256, "fed": fed,
-            "executor": executor.name, "data_source": str(data) if isinstance(data, str | Path) else None}
+            "executor": executor.name, "data_source": str(data) if isinstance(data, str | Path) else None,
+            "figures": partial(run_figures, fed=fed)}  # tracking logs them; it sits below reporting
     if dist is None or dist.is_main:
         print(f"fedcore run: {cfg.method.name} on {device}, executor {executor_label(executor, cfg, dist)}",
               file=sys.stderr, flush=True)

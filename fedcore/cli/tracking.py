@@ -17,7 +17,8 @@ console = make_console()
 def tracking_sync(
     run_dir: Annotated[Path, typer.Argument(help="a run dir (the --out of `fedcore run`, or a stage's output)")],
     retry_seconds: Annotated[float | None, typer.Option(
-        "--retry-seconds", min=0, help="retry budget per endpoint (default FEDCORE_TRACKING_RETRY_SECONDS, else 60)",
+        "--retry-seconds", min=0, max=1080,
+        help="seconds MLflow's retries may wait per call (default FEDCORE_TRACKING_RETRY_SECONDS, else 60)",
     )] = None,
 ) -> None:
     """Log what the run could not, into the same MLflow run, and give that run its final status."""

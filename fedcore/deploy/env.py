@@ -26,9 +26,9 @@ ENV_VARS: dict[str, str] = {
     "FEDCORE_IMAGE": "overrides the container image used by pipeline components",
     "FEDCORE_CACHE": "local directory where s3:// datasets are staged and .gz dataset files unpacked, unless "
     "data.cache_dir is set (the dataset-cache PVC on Kubernetes)",
-    "FEDCORE_TRACKING_RETRY_SECONDS": "seconds a run retries an unreachable MLflow server, and as many for its "
-    "artifact store, before tracking degrades to the run dir's journal, unless tracking.retry_seconds is set "
-    "(default 60)",
+    "FEDCORE_TRACKING_RETRY_SECONDS": "seconds MLflow's own retries may wait in one tracking call (it sets "
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES and _BACKOFF_FACTOR) before tracking degrades to the run dir's journal, unless "
+    "tracking.retry_seconds is set (default 60)",
     "FEDCORE_MALLOPT": "0 keeps glibc's allocator defaults; by default a run raises its mmap and trim thresholds so "
     "freed tensors are reused (fedcore.engine.hostmem; same values, less page faulting)",
 }

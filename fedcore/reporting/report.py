@@ -71,6 +71,27 @@ def rate_series(history: list[dict[str, Any]]) -> dict[int, list[tuple[float, fl
     return out
 
 
+def run_figures(run_dir: str | Path, title: str, fed: Any = None) -> dict[str, Any]:
+    """The figures a tracked run logs under figures/: its curves and, when the method estimated noise
+    rates and `fed` (its FederatedDataset) holds the truth, those estimates against it.
+
+    {artifact path: matplotlib Figure}; empty when the run dir has no history.csv.
+    """
+    from fedcore.reporting import plots
+
+    path = Path(run_dir) / "history.csv"
+    if not path.is_file():
+        return {}
+    history = read_history(path)
+    task = fed.task if fed is not None else "single"
+    figures = {"figures/curves.png": plots.curves_figure(history, title, task=task)}
+    series = rate_series(history)
+    if series and fed is not None:
+        true = {c: float(fed.truth.realized_rate[c]) for c in series}
+        figures["figures/noise_rates.png"] = plots.rate_trajectories(series, true, title)
+    return figures
+
+
 def seed_band(histories: Sequence[Sequence[dict[str, Any]]], key: str):
     """(rounds, mean, min, max) of `key` over the seeds' histories, at every round where at least
     one seed has a finite value (the mean and range are over the seeds that have it); None if none."""

@@ -79,7 +79,7 @@ class TrackingCallback(Callback):
     # -- hooks ---------------------------------------------------------------------------
 
     def on_run_start(self, info: dict[str, Any]) -> None:
-        # Outage-proof from here on: bounded retries, a journal in the run dir (fedcore.tracking.resilient).
+        # Outage-proof from here on: MLflow's retries, then a journal in the run dir (fedcore.tracking.resilient).
         self.tracker = attach(self.tracker, info)
         self.data_sha256 = self.data_sha256 or info.get("data_sha256")
         t = self.cfg.tracking
@@ -202,24 +202,15 @@ class TrackingCallback(Callback):
         self._log_figures(out_dir)
 
     def _log_figures(self, out_dir: Path) -> None:
-        """The run's curves and, for methods that estimate them, its noise-rate estimates against
-        the truth (this is the metrics side), as images the MLflow UI shows without a download."""
-        from fedcore.reporting.plots import curves_figure, rate_trajectories
-        from fedcore.reporting.report import rate_series, read_history
-
-        if not (out_dir / "history.csv").is_file():
+        """The run's figures as images the MLflow UI shows without a download. Tracking sits below
+        reporting, so it draws nothing itself: the run supplies `info["figures"]`, a function
+        (run dir, title) -> {artifact path: Figure} (`fedcore.run` passes reporting's run_figures)."""
+        draw = self._info.get("figures")
+        if draw is None:
             return
-        history = read_history(out_dir / "history.csv")
-        fed, name = self._info.get("fed"), run_name_for(self.cfg)
-        task = fed.task if fed is not None else "single"
-        figures = {"figures/curves.png": curves_figure(history, name, task=task)}
-        series = rate_series(history)
-        if series and fed is not None:
-            true = {c: float(fed.truth.realized_rate[c]) for c in series}
-            figures["figures/noise_rates.png"] = rate_trajectories(series, true, name)
         import matplotlib.pyplot as plt
 
-        for path, fig in figures.items():
+        for path, fig in draw(out_dir, run_name_for(self.cfg)).items():
             try:
                 self.tracker.log_figure(fig, path)
             finally:

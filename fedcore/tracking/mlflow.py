@@ -27,7 +27,8 @@ from fedcore.tracking.base import (
     check_str_map,
 )
 from fedcore.tracking.mlflow_records import RecordsMixin
-from fedcore.tracking.transport import FIX_HINT, Transport, auth_message, auth_status, temp_env
+from fedcore.tracking.transport import FIX_HINT, UNREACHABLE, Transport, auth_message, auth_status, temp_env
+from fedcore.tracking.transport import one_line as _one_line
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -35,7 +36,6 @@ METRICS_PER_BATCH = 1000  # MLflow's log_batch limit for metrics
 PARAMS_TAGS_PER_BATCH = 100  # ... and for params or tags
 PARENT_TAG = "mlflow.parentRunId"
 # Fail fast when connecting: MLflow's default (7 retries, exponential backoff) waits minutes.
-_UNREACHABLE = re.compile(r"Max retries exceeded|Failed to establish|timed out|Connection refused", re.I)
 CONNECT_ENV = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -68,11 +68,6 @@ def ui_command(uri: str, artifact_root: str | None) -> str | None:
     return shlex.join(cmd)
 
 
-def _one_line(exc: BaseException, limit: int = 240) -> str:
-    text = re.sub(r"\s+", " ", str(exc)).strip() or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 @contextlib.contextmanager
 def quiet_store_setup() -> Iterator[None]:
     """Silence MLflow's INFO lines about creating and migrating a new sqlite store's tables:
@@ -93,7 +88,7 @@ def _connect_message(uri: str, exc: BaseException) -> str:
     refused = auth_status(exc)
     if refused:
         return auth_message(uri, "the connection", refused)
-    if uri.startswith(("http://", "https://")) and _UNREACHABLE.search(text):
+    if uri.startswith(("http://", "https://")) and UNREACHABLE.search(text):
         errno = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
         why = f" ({errno.group(1).strip()})" if errno else ""
         return f"cannot reach the MLflow tracking server at {uri}{why}; {FIX_HINT}"
@@ -128,6 +123,8 @@ class MlflowTracker(RecordsMixin, RunStack):
         self.artifact_root = artifact_location or default_artifacts
         super().__init__()
         self._params: dict[str, dict[str, str]] = {}
+        # Outside CONNECT_ENV, which would pass for the user's own MLFLOW_HTTP_REQUEST_MAX_RETRIES.
+        self.transport = Transport(self.uri, retry_seconds)
         with temp_env(CONNECT_ENV), quiet_store_setup():
             try:
                 from mlflow import MlflowClient
@@ -138,7 +135,6 @@ class MlflowTracker(RecordsMixin, RunStack):
                 self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
                 self.experiment_id = self._ensure_experiment(experiment)
                 self.experiment = experiment
-                self.transport = Transport(self.uri, retry_seconds)
             except TrackingError:
                 raise
             except Exception as exc:  # any failure here means the store is unusable
@@ -173,8 +169,8 @@ class MlflowTracker(RecordsMixin, RunStack):
         return exp.experiment_id
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one client call with bounded retries (`fedcore.tracking.transport`); failures are
-        one-line TrackingErrors, and TrackingUnavailable once an endpoint has used its retry budget."""
+        """Run one client call under MLflow's retry settings (`fedcore.tracking.transport`); failures
+        are one-line TrackingErrors, and TrackingUnavailable once it failed through those retries."""
         return self.transport.call(what, fn, *args, artifact=what.startswith("upload"), **kwargs)
 
     # -- lifecycle -----------------------------------------------------------------------

@@ -4,8 +4,8 @@
 
 - artifact uploads wait in the run dir's journal until the run's end, after the local outputs
   (model.pt, metrics.json, history.csv, ...) are written; only then do they go up;
-- params, tags and metrics go to MLflow as they come. When an endpoint is down (it used up
-  its bounded retries, see `fedcore.tracking.transport`), the call is journaled instead, the
+- params, tags and metrics go to MLflow as they come. When an endpoint is down (a call failed
+  through MLflow's own retries, see `fedcore.tracking.transport`), the call is journaled instead, the
   run says so once on stderr, naming the endpoint, and training goes on;
 - the served model, when its upload fails, waits exported in the journal too, and the end
   of a run MLflow missed is journaled with its time;
@@ -211,7 +211,7 @@ class ResilientTracker:
         self._best_effort("dataset input", lambda: self.inner.log_dataset(dataset))
 
     def _best_effort(self, what: str, call: Any) -> Any:
-        if self._warned:  # an endpoint is down: a try would only spend the budget the run's end needs
+        if self._warned:  # an endpoint is down: a try would only wait through MLflow's retries again
             log.warning("tracking: the run's %s was not logged (tracking is degraded); `fedcore tracking sync` "
                         "does not replay it", what)
             return None

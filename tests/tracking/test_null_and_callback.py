@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fedcore.config import ExperimentConfig, TrackingConfig
+from fedcore.reporting.report import run_figures
 from fedcore.tracking import NullTracker, Tracker, make_tracker, run_params
 from fedcore.tracking.callback import TrackingCallback
 from fedcore.tracking.null import NULL_RUN_ID
@@ -127,7 +128,8 @@ def test_callback_logs_a_whole_run(tmp_path):
     ckpt.write_bytes(b"ckpt")
     _write_outputs(tmp_path)
 
-    cb.on_run_start({"config": cfg, "out_dir": tmp_path, "stages": ["train"], "resumed": False})
+    cb.on_run_start({"config": cfg, "out_dir": tmp_path, "stages": ["train"], "resumed": False,
+                     "figures": run_figures})
     cb.after_round(1, "train", {"round": 1.0, "test/acc": 0.5, "train/loss": 1.0})
     cb.after_round(2, "train", {"round": 2.0, "test/acc": 0.6, "train/loss": 0.9})
     cb.on_stage_end("train", 2, ckpt)
@@ -150,6 +152,24 @@ def test_callback_logs_a_whole_run(tmp_path):
     ]
     assert tracker.calls[-1] == ("end", "FINISHED")
     assert tracker.run_id is None
+
+
+def test_callback_logs_the_figures_the_run_supplies_and_draws_none_itself(tmp_path):
+    # Tracking sits below reporting: without info["figures"] there is nothing to draw them with.
+    _write_outputs(tmp_path)
+    figures = []
+
+    def supplied(run_dir, title):
+        figures.append((run_dir, title))
+        return run_figures(run_dir, title)
+
+    for info, logged in (({}, []), ({"figures": supplied}, [("curves.png", "figures")])):
+        tracker = RecordingTracker()
+        cb = TrackingCallback(tracker, make_cfg())
+        cb.on_run_start({"out_dir": tmp_path, **info})
+        cb.on_run_end({}, tmp_path)
+        assert [a for a in tracker.of("artifact") if a[1] == "figures"] == logged
+    assert figures == [(tmp_path, "fedgr · sym 0.4 · seed 0")]
 
 
 def test_callback_skips_nonfinite_metrics_and_counts_them(tmp_path):

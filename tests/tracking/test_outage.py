@@ -48,8 +48,11 @@ def env(servers, monkeypatch):
     for key, value in servers.env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("FEDCORE_TRACKING_RETRY_SECONDS", "3")
+    monkeypatch.setenv("FEDCORE_TRACKING_RETRY_SECONDS", "3")  # the run: MLflow retries twice, after 0 and 2 s
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")  # this test's own client: fail fast, not in minutes
+    # A killed server refuses at once, so a long per-attempt timeout costs the outage nothing; it keeps
+    # a live server that a busy machine slows down from being taken for a dead one.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
     return servers
 
 

@@ -1,7 +1,8 @@
-"""Bounded retries, the run-dir journal, degraded tracking, resume into the same run, sync, SIGTERM.
+"""MLflow's own retries sized by the budget, the run-dir journal, degraded tracking, resume, sync, SIGTERM.
 
-Outages are simulated on the embedded sqlite store by making the client's calls fail the way
-an unreachable server makes them fail; tests/tracking/test_outage.py kills real servers.
+Retries are tried against a local HTTP endpoint that fails N times, so they pass through MLflow's
+own client. Whole-run outages are simulated on the embedded sqlite store by making the client's
+calls fail the way an unreachable server makes them fail; tests/tracking/test_outage.py kills real servers.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import json
 import logging
 import os
 import signal
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,13 @@ from fedcore.run import run_experiment
 from fedcore.tracking.callback import TrackingCallback
 from fedcore.tracking.mlflow import MlflowTracker
 from fedcore.tracking.sync import sync
-from fedcore.tracking.transport import TrackingUnavailable, Transport
+from fedcore.tracking.transport import (
+    MAX_RETRY_SECONDS,
+    TrackingUnavailable,
+    Transport,
+    backoff_waits,
+    mlflow_retries,
+)
 
 CONFIG = "configs/quickstart.yaml"
 ROUNDS = 4
@@ -35,47 +44,140 @@ REFUSED = "API request to http://127.0.0.1:9/api/2.0/mlflow/runs/log-batch faile
           "Failed to establish a new connection: [Errno 111] Connection refused)"
 
 
-# -- the transport --------------------------------------------------------------------------------
+# -- the transport: MLflow's own retries, sized by the budget -------------------------------------
 
 
-class Clock:
+def test_the_budget_becomes_mlflows_longest_schedule_that_fits():
+    assert mlflow_retries(0) == (0, 1)  # one attempt: degrade at the first failure
+    assert mlflow_retries(3) == (2, 1) and backoff_waits(2, 1) == [0.0, 2.0]
+    assert mlflow_retries(60) == (5, 2) and backoff_waits(5, 2) == [0.0, 4.0, 8.0, 16.0, 32.0]
+    assert mlflow_retries(120) == (5, 4)
+    assert mlflow_retries(MAX_RETRY_SECONDS) == (10, 60) and backoff_waits(10, 60)[1:] == [120.0] * 9
+    for budget in (0.5, 7, 45, 333, 1000):
+        assert sum(backoff_waits(*mlflow_retries(budget))) <= budget
+
+
+@pytest.mark.parametrize("raw", ["soon", "5000", "nan", "-1"])
+def test_a_bad_budget_in_the_environment_is_one_line(monkeypatch, raw):
+    monkeypatch.setenv("FEDCORE_TRACKING_RETRY_SECONDS", raw)
+    with pytest.raises(TrackingError, match="FEDCORE_TRACKING_RETRY_SECONDS") as err:
+        Transport("http://127.0.0.1:9")
+    assert "\n" not in str(err.value)
+
+
+class FlakyMlflow:
+    """An MLflow REST endpoint on 127.0.0.1 that answers log-batch with `status` for its first `fail` requests."""
+
     def __init__(self) -> None:
-        self.slept = 0.0
+        self.fail, self.status, self.hits = 0, 503, 0
+        flaky = self
 
-    def __call__(self, seconds: float) -> None:
-        self.slept += seconds
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                flaky.hits += 1
+                if flaky.fail > 0:
+                    flaky.fail -= 1
+                    code = "INVALID_PARAMETER_VALUE" if flaky.status == 400 else "TEMPORARILY_UNAVAILABLE"
+                    body = {"error_code": code, "message": "no"}
+                    self.send_response(flaky.status)
+                else:
+                    body = {}
+                    self.send_response(200)
+                data = json.dumps(body).encode()
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def log(self, transport: Transport, artifact: bool = False) -> None:
+        from mlflow.entities import Metric
+
+        client = MlflowClient(self.uri)
+        transport.call("log_batch(metrics)", client.log_batch, "run-1", metrics=[Metric("m", 1.0, 0, 1)],
+                       artifact=artifact)
 
 
-def test_retries_stop_at_the_budget_and_a_down_endpoint_fails_at_once():
-    clock, calls = Clock(), []
+@pytest.fixture
+def flaky(monkeypatch):
+    for key in ("FEDCORE_TRACKING_RETRY_SECONDS", "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0")  # waits of exactly 0, 2, ... s
+    server = FlakyMlflow()
+    yield server
+    server.server.shutdown()
 
-    def refused():
-        calls.append(1)
-        raise MlflowException(REFUSED)
 
-    t = Transport("http://127.0.0.1:9", retry_s=20, sleep=clock)
+def test_a_tracker_with_no_budget_set_gets_60_s(store_db, monkeypatch):
+    for key in ("FEDCORE_TRACKING_RETRY_SECONDS", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(key, raising=False)
+    settings = MlflowTracker(store_db, "budget").transport.settings()
+    assert settings == {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "5", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "2",
+                        "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+    assert MlflowTracker(store_db, "budget", retry_seconds=0).transport.settings()[
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
+
+
+def test_a_bounded_outage_is_waited_out_by_mlflows_own_retries(flaky):
+    flaky.fail = 2
+    flaky.log(Transport(flaky.uri, retry_s=3))  # two retries fit in 3 s: the third attempt gets through
+    assert flaky.hits == 3 and flaky.fail == 0
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # set for the call only
+
+
+def test_a_long_outage_marks_the_endpoint_down_until_the_runs_end(flaky):
+    flaky.fail = 10**6
+    t = Transport(flaky.uri, retry_s=3)
     with pytest.raises(TrackingUnavailable) as err:
-        t.call("log_batch(metrics)", refused)
-    assert 19 <= clock.slept <= 20 and len(calls) == 7  # 0.5 + 1 + 2 + 4 + 8 + 10 = 25.5 > 20
-    assert str(err.value).startswith("MLflow log_batch(metrics) failed on http://127.0.0.1:9 after 20 s of retries")
+        flaky.log(t)
+    assert flaky.hits == 3  # the first attempt and MLflow's two retries
+    assert str(err.value).startswith(f"MLflow log_batch(metrics) failed on {flaky.uri} after ")
     assert err.value.endpoint.kind == "MLflow" and "\n" not in str(err.value)
     with pytest.raises(TrackingUnavailable):
-        t.call("upload of model.pt", refused, artifact=True)  # artifacts need the tracking server too
-    assert len(calls) == 7
-    t.revive()
-    assert t.call("log_batch(params)", lambda: "ok") == "ok"
+        flaky.log(t)  # down: at once, without a request
+    with pytest.raises(TrackingUnavailable):
+        flaky.log(t, artifact=True)  # artifact calls need the tracking server too
+    assert flaky.hits == 3
+    flaky.fail = 0
+    t.revive()  # the run's end: one attempt, no more waiting on an endpoint that went down
+    flaky.log(t)
+    assert flaky.hits == 4 and t.settings()["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
 
 
-def test_a_refused_request_is_not_retried():
-    clock, calls = Clock(), []
+def test_without_a_budget_the_users_own_mlflow_settings_stand(flaky, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    flaky.fail = 10**6
+    with pytest.raises(TrackingUnavailable):
+        flaky.log(Transport(flaky.uri))
+    assert flaky.hits == 2
+    monkeypatch.setenv("FEDCORE_TRACKING_RETRY_SECONDS", "0")  # a budget wins over them
+    with pytest.raises(TrackingUnavailable):
+        flaky.log(Transport(flaky.uri))
+    assert flaky.hits == 3
 
-    def invalid():
-        calls.append(1)
-        raise MlflowException("Changing param values is not allowed", error_code="INVALID_PARAMETER_VALUE")
 
-    with pytest.raises(TrackingError, match="Changing param values") as err:
-        Transport("sqlite:///x.db", retry_s=60, sleep=clock).call("log_batch(params)", invalid)
-    assert not isinstance(err.value, TrackingUnavailable) and calls == [1] and clock.slept == 0
+def test_a_process_going_down_tries_each_call_once(flaky):
+    flaky.fail = 10**6
+    t = Transport(flaky.uri, retry_s=60)
+    t.impatient()
+    with pytest.raises(TrackingUnavailable):
+        flaky.log(t)
+    assert flaky.hits == 1
+
+
+def test_a_refused_request_is_not_retried(flaky):
+    flaky.fail, flaky.status = 1, 400
+    with pytest.raises(TrackingError, match="INVALID_PARAMETER_VALUE") as err:
+        flaky.log(Transport(flaky.uri, retry_s=60))
+    assert not isinstance(err.value, TrackingUnavailable) and flaky.hits == 1
 
 
 def test_a_dead_s3_endpoint_is_named_with_its_url(monkeypatch):
@@ -87,7 +189,7 @@ def test_a_dead_s3_endpoint_is_named_with_its_url(monkeypatch):
         raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9/bucket/key")
 
     with pytest.raises(TrackingUnavailable) as err:
-        Transport("sqlite:///x.db", retry_s=0, sleep=Clock()).call("upload of model.pt", dead, artifact=True)
+        Transport("sqlite:///x.db", retry_s=0).call("upload of model.pt", dead, artifact=True)
     assert err.value.endpoint.kind == "S3" and "its S3 artifact store at http://127.0.0.1:9" in str(err.value)
 
 
@@ -97,7 +199,7 @@ def test_a_500_to_an_upload_blames_the_store_behind_the_server():
                               "HTTPConnectionPool(host='h', port=5000): Max retries exceeded with url: /x (Caused by "
                               "ResponseError('too many 500 error responses'))")
 
-    t = Transport("http://h:5000", retry_s=0, sleep=Clock())
+    t = Transport("http://h:5000", retry_s=0)
     with pytest.raises(TrackingUnavailable) as err:
         t.call("upload of stage-train.pt", proxied, artifact=True)
     assert "the S3 artifact store behind the MLflow server at http://h:5000" in str(err.value)
@@ -184,7 +286,7 @@ def test_an_outage_mid_run_degrades_once_and_sync_replays_into_the_same_run(stor
     assert history(store, state["run_id"], "final/acc") == [ROUNDS]
     # the journaled state_dict arrives; the served model (best effort) is not replayed
     assert {a.path for a in client.list_artifacts(state["run_id"])} >= {"config.yaml", "history.csv", "metrics.json",
-                                                                       "state_dict", "checkpoints"}
+                                                                       "state_dict", "checkpoints", "figures"}
     assert len(runs_of(store)) == 1
     assert sync(out).delivered == 0  # nothing twice
 
