@@ -19,7 +19,7 @@ def compare(
     by: Annotated[str, typer.Option(help="label rows by this record field (runs average only when their "
                                           "configs agree on all but the seed)")] = "method",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for --experiment's bar chart, "
-                                             "compare-<experiment>.png (default: runs/)")] = None,
+                                             "compare-<experiment>.png (default: none, compare only reads)")] = None,
 ) -> None:
     """Table of final metrics across runs (mean ± std over the seeds of one config)."""
     from fedcore.errors import UserError
@@ -30,7 +30,7 @@ def compare(
     if experiment:
         from fedcore.reporting.compare_mlflow import compare_experiment
 
-        compare_experiment(experiment, console, out_dir=out or Path("runs"))
+        compare_experiment(experiment, console, out_dir=out)
         return
     if out is not None:
         raise UserError("--out is where --experiment's bar chart goes; comparing run dirs only prints the table")
