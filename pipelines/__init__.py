@@ -10,7 +10,7 @@ and `overrides`; the graph is planned from `cfg` with the overrides applied.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fedcore.config import ExperimentConfig
@@ -74,5 +74,8 @@ def build_pipeline(name: str, cfg: ExperimentConfig, options: PipelineOptions | 
     if name not in BUILDERS:
         raise UserError(f"unknown pipeline '{name}'; choose one of {sorted(BUILDERS)}")
     options = options or PipelineOptions()
-    check_accelerators(options.resources, apply(cfg, options.overrides).train.device)
+    device = apply(cfg, options.overrides).train.device
+    # The tasks' GPUs follow the config it compiles (a CPU config asks for none), unless --gpus says.
+    options = replace(options, resources=options.resources.for_device(device))
+    check_accelerators(options.resources, device)
     return BUILDERS[name](cfg, options)

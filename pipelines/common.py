@@ -63,8 +63,8 @@ def training(task: dsl.PipelineTask, res: PipelineResources, name: str) -> dsl.P
     if res.workers == 1:
         task.set_cpu_request(res.stage_cpu_request).set_memory_request(res.stage_memory_request)
         task.set_cpu_limit(res.stage_cpu_limit).set_memory_limit(res.stage_memory_limit)
-    if res.accelerators and res.workers == 1:
-        task.set_accelerator_type(res.accelerator_type).set_accelerator_limit(res.accelerators)
+    if res.gpus() and res.workers == 1:
+        task.set_accelerator_type(res.accelerator_type).set_accelerator_limit(res.gpus())
         for key, value in res.node_selector.items():
             kubernetes.add_node_selector(task, key, value)
         for t in res.tolerations:

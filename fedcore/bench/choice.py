@@ -39,8 +39,8 @@ def among_of(scene: Mapping[str, Any]) -> tuple[str, ...]:
 
 def choose(rows: Iterable[Mapping[str, Any]], seeds: Iterable[int],
            among: Sequence[str] = SETTINGS) -> dict[str, Any]:
-    """{choice, choice_setting, runner_up, runner_up_setting, margin, means, left_out, among} from rows
-    with method, setting, seed and SCORE.
+    """{choice, choice_setting, runner_up, runner_up_setting, margin, means, left_out, among, seeds} from
+    rows with method, setting, seed and SCORE.
 
     means: each eligible candidate's mean over `seeds`, as label(row, setting), best first; margin:
     the choice's mean minus the runner-up's (None without another method); left_out: the candidates
@@ -63,4 +63,61 @@ def choose(rows: Iterable[Mapping[str, Any]], seeds: Iterable[int],
     return {"choice": choice and choice[0], "choice_setting": choice and choice[1],
             "runner_up": runner and runner[0], "runner_up_setting": runner and runner[1], "margin": margin,
             "means": {label(*k): means[k] for k in ranked}, "left_out": sorted(label(*k) for k in seen - set(means)),
-            "among": list(among)}
+            "among": list(among), "seeds": sorted(wanted)}
+
+
+def choice_seeds(scene: Mapping[str, Any]) -> list[int]:
+    """The seeds the choice's validation mean is over: the reporting seeds (a record from before they were
+    kept: the seeds of the choice's rows with a score)."""
+    if scene.get("seeds") is not None:
+        return list(scene["seeds"])
+    setting = scene.get("choice_setting") or among_of(scene)[-1]
+    return sorted({r["seed"] for r in scene.get("rows", []) if r["method"] == scene.get("choice")
+                   and r.get("setting") == setting and r.get(SCORE) is not None})
+
+
+def choice_line(name: str, scene: Mapping[str, Any]) -> str:
+    """'quickstart: fedsir at its tuned setting (val acc last-10 91.2%), runner-up fednoro (default) by 0.4
+    points': `choice_reason` after the scene's name, '(so far)' for a scene with work left."""
+    return f"{name}{' (so far)' if scene.get('still_to_run') else ''}: {choice_reason(scene)}"
+
+
+def choice_reason(scene: Mapping[str, Any]) -> str:
+    """Why the scene's method was chosen, in % like the tables, with a warning where one reporting
+    seed leaves no spread to weigh the margin against."""
+    if scene["choice"] is None:
+        return "no method has a validation score on every reporting seed at either setting"
+    setting = scene.get("choice_setting") or among_of(scene)[-1]  # a record from before settings: tuned
+    means = scene["means"]
+    mean = means.get(label(scene["choice"], setting), means.get(scene["choice"]))
+    text = f"{scene['choice']} at its {setting} setting (val {scene.get('metric', 'acc')} last-10 {100 * mean:.1f}%)"
+    if scene["runner_up"] is not None:
+        other = f" ({scene['runner_up_setting']})" if scene.get("runner_up_setting") else ""
+        text += f", runner-up {scene['runner_up']}{other} by {points(scene['margin'])} points"
+        if len(choice_seeds(scene)) == 1:
+            text += (" on one reporting seed, which cannot tell that margin from seed-to-seed spread (give the "
+                     "grid more seeds)")
+        elif ahead := runner_up_ahead(scene):
+            text += f", which is ahead on seed{'s' * (len(ahead) > 1)} {', '.join(map(str, ahead))}"
+    if "among" not in scene:
+        text += "; chosen among tuned settings only (the rule of this record's time)"
+    if scene["left_out"]:
+        text += f"; left out (a seed without a score): {', '.join(scene['left_out'])}"
+    return text
+
+
+def points(margin: float) -> str:
+    """A margin in points, with a second decimal under 0.1 (a 0.03-point lead does not read '0.0')."""
+    return f"{100 * margin:.1f}" if abs(100 * margin) >= 0.1 else f"{100 * margin:.2f}"
+
+
+def runner_up_ahead(scene: Mapping[str, Any]) -> list[int]:
+    """The reporting seeds on which the runner-up's validation score is at least the choice's: a lead
+    on the mean that some seeds reverse is within the seeds' spread."""
+    def scores(method: str | None, setting: str | None) -> dict[int, float]:
+        return {r["seed"]: float(r[SCORE]) for r in scene.get("rows", []) if r["method"] == method
+                and r.get("setting") == (setting or among_of(scene)[-1]) and r.get(SCORE) is not None}
+
+    mine = scores(scene["choice"], scene.get("choice_setting"))
+    rival = scores(scene["runner_up"], scene.get("runner_up_setting"))
+    return [s for s in choice_seeds(scene) if s in mine and s in rival and rival[s] >= mine[s]]

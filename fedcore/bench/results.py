@@ -3,7 +3,8 @@
     OUT/bench.json                  scenes.<name>: choice and choice_setting, runner_up, margin, means, set,
                                     seed_keys, rows, tuned, test_notes, commit (the code that wrote it)
     OUT/SCENE/tuned_sweep.yaml      the scene's tuned settings, its choice and federation (sweepfile.py's format)
-    OUT/SCENE/report/report.md      `fedcore report` over the scene's runs
+    OUT/SCENE/report/report.md      `fedcore report` over the scene's runs, with the validation score and the
+                                    chosen row marked
     OUT/SCENE/table.md              the scene's table in lab/results/tuning.md's format (tables.py)
 
 A row is one run: method, setting (default|tuned), seed and its final scores; on a multi-label
@@ -152,10 +153,16 @@ def with_run_threads(grid: Grid, scene: str, cli_set: list[str]) -> list[str]:
     return [*cli_set, f"train.threads={RUN_THREADS}"]
 
 
-def report_labels(rows: list[dict[str, Any]]) -> dict[str, str]:
+def report_labels(rows: list[dict[str, Any]], choice: str | None = None,
+                  setting: str | None = None) -> dict[str, str]:
     """Run dir -> its group in the scene's report, 'ROW (default)' or 'ROW (tuned)', for every run that
-    did not diverge: a variant row keeps its name (fedgr-robust, not fedgr with its params)."""
-    return {str(Path(r["run"])): f"{r['method']} ({r['setting']})" for r in rows if "diverged" not in r}
+    did not diverge: a variant row keeps its name (fedgr-robust, not fedgr with its params). The
+    bench's choice at its setting reads 'ROW (tuned, chosen)', so the page marks the row it picked."""
+    def name(r: dict[str, Any]) -> str:
+        chosen = (r["method"], r["setting"]) == (choice, setting)
+        return f"{r['method']} ({r['setting']}{', chosen' if chosen else ''})"
+
+    return {str(Path(r["run"])): name(r) for r in rows if "diverged" not in r}
 
 
 def write_results(grid: Grid, out: Path, cli_set: list[str],
@@ -174,7 +181,7 @@ def write_results(grid: Grid, out: Path, cli_set: list[str],
         if left and name in left:
             scenes[name]["still_to_run"] = dict(left[name])
         sweep = write_sweep(grid, out, name, recorded, scenes[name]["choice"], scenes[name]["choice_setting"])
-        labels = report_labels(scenes[name]["rows"])
+        labels = report_labels(scenes[name]["rows"], scenes[name]["choice"], scenes[name]["choice_setting"])
         report = write_report(list(labels), out / name / "report", labels) if labels else None
         scenes[name]["sweep"] = str(sweep) if sweep else None
         scenes[name]["report"] = str(report) if report else None

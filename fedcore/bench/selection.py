@@ -80,7 +80,7 @@ def scene_result(grid: Grid, out: Path, scene: str, records: Iterable[Mapping[st
               **scene_overrides(grid, scene, recorded), "tuned": tuned_params(grid, out, scene), "rows": rows}
     sweep = write_sweep(grid, out, scene, recorded, result["choice"], result["choice_setting"])
     result["sweep"] = str(sweep) if sweep else None
-    result["report"] = _report(report_labels(rows), out / scene / "report")
+    result["report"] = _report(report_labels(rows, result["choice"], result["choice_setting"]), out / scene / "report")
     return result
 
 

@@ -1,20 +1,24 @@
 """The tables of docs/results/tuning.md from bench.json, as pure functions of its scenes.
 
 Per scene (`scene_table`): per method (the bench's choice in bold, with its chosen setting), the
-default and the tuned setting over the reporting seeds
-(last-10 test score and the test score at the round validation picks, mean ± sample std in %), the
-trials its tune spent, and two verdicts for the tuned row, each on every seed: above FedAvg's
-test-best round (an oracle no user has) and above FedAvg stopped early on validation
-(acc_at_val_best). FedAvg's reference is, per seed and per criterion, the better of its default and
-tuned rows. A verdict reads the seeds both sides finished: a diverged seed drops out of it and is named
-in the row's notes, with the seed counts (default/tuned). Across scenes (`summary_table`): each tuned
-row's mean last-10, ✓ where both verdicts hold. Per seed (`seed_table`): FedAvg's two bars and every
-row's last-10 on each seed, the tuned cells marked on that seed. A multi-label scene's rows hold mAP under the same
-field names (the scene's `metric`); its titles say so. A scene written before its grid finished
-(`fedcore bench --so-far`) holds `still_to_run`, and each of these tables says so in a line of its own.
+default and the tuned setting over the reporting seeds (the validation score the choice reads, bold
+where it chose; the last-10 test score; the test score at the round validation picks; mean ± sample
+std in %), the trials its tune spent, and two verdicts for the tuned row, each on every seed: its
+last-10 above FedAvg's test-best round (an oracle no user has), and its acc_at_val_best above
+FedAvg's (both stopped early on validation: like with like). FedAvg's reference is, per seed and
+per criterion, the better of its default and tuned rows. A verdict reads the seeds both sides
+finished: a diverged seed drops out of it and is named in the row's notes, with the seed counts
+(default/tuned). Under the table, the choice line says why the choice won, in %.
 
-These are the rules the retired experiments/tuning_table.py applied to tuning.sh's run folders, ported
-unchanged.
+Across scenes (`summary_table`): each tuned row's mean last-10, ✓ where both verdicts hold. Per seed
+(`seed_table`): FedAvg's two bars and every row's last-10 on each seed, the tuned cells marked on
+that seed by the verdicts' two comparisons. A multi-label scene's rows hold mAP under the same field
+names (the scene's `metric`); its titles say so. A scene written before its grid finished (`fedcore
+bench --so-far`) holds `still_to_run`, and each of these tables says so in a line of its own.
+
+These began as the rules the retired experiments/tuning_table.py applied to tuning.sh's run folders;
+issue 71 added the validation columns and the choice line, and made the second verdict compare
+acc@val with acc@val (it compared the tuned last-10 with FedAvg's acc@val).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedcore.bench.choice import among_of
+from fedcore.bench.choice import SCORE, among_of, choice_reason
 from fedcore.errors import ConfigError
 from fedcore.stats.summary import mean_std
 
@@ -49,6 +53,11 @@ def fmt(vals: Sequence[float]) -> str:
         return "-"
     mean, sd = mean_std(vals)
     return f"{100 * mean:.1f} ± {100 * sd:.1f}" if len(vals) > 1 else f"{100 * mean:.1f}"
+
+
+# Which score of a tuned row each FedAvg bar is compared with: its last-10 with the oracle's best round,
+# and its score at the round validation picks with FedAvg's, both stopped on validation.
+AGAINST_BEST, AGAINST_VAL = "acc_last10", "acc_at_val_best"
 
 
 def verdict(mine: Mapping[int, Mapping], ref: Mapping[int, float], key: str) -> str:
@@ -127,12 +136,24 @@ def methods_of(scene: Scene) -> list[str]:
     return sorted({r["method"] for r in scene["rows"]})
 
 
+def chosen_setting(scene: Scene) -> str | None:
+    """The setting of the bench's choice (a record from before the choice read both settings chose a
+    tuned row); None without a choice."""
+    return None if scene.get("choice") is None else scene.get("choice_setting") or among_of(scene)[-1]
+
+
 def chosen_cell(scene: Scene, method: str) -> str:
-    """The method's cell, '**fedsir** (chosen, tuned)' for the bench's choice at its chosen setting (a
-    record from before the choice read both settings chose a tuned row)."""
+    """The method's cell, '**fedsir** (chosen, tuned)' for the bench's choice at its chosen setting."""
     if method != scene.get("choice"):
         return method
-    return f"**{method}** (chosen, {scene.get('choice_setting') or among_of(scene)[-1]})"
+    return f"**{method}** (chosen, {chosen_setting(scene)})"
+
+
+def val_cell(scene: Scene, method: str, setting: str, rows: Mapping[int, Mapping]) -> str:
+    """The validation score the choice reads (mean over the seeds), bold where the choice fell."""
+    text = fmt(col(rows, SCORE))
+    chosen = method == scene.get("choice") and setting == chosen_setting(scene) and text != "-"
+    return f"**{text}**" if chosen else text
 
 
 def scene_table(name: str, scene: Scene) -> str:
@@ -146,9 +167,10 @@ def scene_body(scene: Scene, name: str) -> str:
     metric = scene.get("metric", "acc")
     best, val = reference(scene)
     lines = [f"{note}\n" for note in [partial_note(name, scene), *test_caveats(scene)] if note]
-    lines += [f"| method | trials | default last-10 | default {metric}@val | tuned last-10 | tuned {metric}@val "
-              f"| tuned > FedAvg test-best | tuned > FedAvg {metric}@val | seeds, notes |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| method | trials | default val last-10 | default last-10 | default {metric}@val | tuned val last-10 "
+              f"| tuned last-10 | tuned {metric}@val | tuned last-10 > FedAvg test-best "
+              f"| tuned {metric}@val > FedAvg {metric}@val | seeds, notes |",
+              "|---" * 11 + "|"]
     means: dict[str, dict[str, float]] = {"default": {}, "tuned": {}}
     for m in methods_of(scene):
         d, t = seeds_of(scene, m, "default"), seeds_of(scene, m, "tuned")
@@ -158,21 +180,25 @@ def scene_body(scene: Scene, name: str) -> str:
         extra = notes(scene, m, "default") + [f"tuned {n}" for n in notes(scene, m, "tuned")]
         # FedAvg is the reference itself: judging it against the better of its own rows says nothing.
         v_best, v_val = (("reference",) * 2 if m == REFERENCE
-                         else (verdict(t, best, "acc_last10"), verdict(t, val, "acc_last10")))
+                         else (verdict(t, best, AGAINST_BEST), verdict(t, val, AGAINST_VAL)))
         lines.append(
-            f"| {chosen_cell(scene, m)} | {tune_info(scene.get('tuned', {}).get(m))} | {fmt(col(d, 'acc_last10'))} "
-            f"| {fmt(col(d, 'acc_at_val_best'))} | {fmt(col(t, 'acc_last10'))} | {fmt(col(t, 'acc_at_val_best'))} "
+            f"| {chosen_cell(scene, m)} | {tune_info(scene.get('tuned', {}).get(m))} "
+            f"| {val_cell(scene, m, 'default', d)} | {fmt(col(d, 'acc_last10'))} | {fmt(col(d, 'acc_at_val_best'))} "
+            f"| {val_cell(scene, m, 'tuned', t)} | {fmt(col(t, 'acc_last10'))} | {fmt(col(t, 'acc_at_val_best'))} "
             f"| {v_best} | {v_val} | {len(d)}/{len(t)}{'; ' + ', '.join(extra) if extra else ''} |")
     lines += ["", ranking(means), "",
               f"FedAvg reference per seed (better of default and tuned): test-best {fmt(list(best.values()))}, "
               f"{metric}@val {fmt(list(val.values()))}."]
+    if "choice" in scene:  # the reason for the bold row, as `fedcore bench` printed it
+        lines += ["", f"Chosen on validation: {choice_reason(scene)}."]
     return "\n".join(lines)
 
 
 def seed_table(scene: Scene, name: str) -> str:
     """Per seed: FedAvg's two bars, then each row's tuned and default last-10, a tuned cell marked ✓
-    where it is above both bars on that seed (the verdict columns are these marks on every seed), ✗
-    where it is not; a diverged seed reads "diverged", one not run "-"."""
+    where, on that seed, its last-10 is above the test-best bar and its score at val-best above the
+    {metric}@val bar (the verdict columns are these marks on every seed), ✗ where not; a diverged
+    seed reads "diverged", one not run "-"."""
     metric = scene.get("metric", "acc")
     best, val = reference(scene)
     seeds = sorted({r["seed"] for r in scene["rows"]})
@@ -194,7 +220,8 @@ def seed_table(scene: Scene, name: str) -> str:
             cells = dict.fromkeys(diverged, "diverged")
             for s, r in finished.items():
                 v = r["acc_last10"]
-                wins = s in best and s in val and v > best[s] and v > val[s]
+                at_val = r.get(AGAINST_VAL)
+                wins = s in best and s in val and v > best[s] and at_val is not None and at_val > val[s]
                 mark = "" if setting == "default" or m == REFERENCE or s not in best else (" ✓" if wins else " ✗")
                 cells[s] = f"{100 * v:.1f}{mark}"
             lines.append(line(f"{m}, {setting}", cells, col(finished, "acc_last10")))
@@ -215,7 +242,7 @@ def summary_table(scenes: Mapping[str, Scene]) -> str:
             if m == REFERENCE:
                 cells.setdefault(m, {})[name] = f"{mean} (reference)"
                 continue
-            wins = verdict(t, best, "acc_last10").startswith("✓") and verdict(t, val, "acc_last10").startswith("✓")
+            wins = verdict(t, best, AGAINST_BEST).startswith("✓") and verdict(t, val, AGAINST_VAL).startswith("✓")
             cells.setdefault(m, {})[name] = f"{mean} {'✓' if wins else '✗'}"
     head = "| method (tuned, mean last-10) | " + " | ".join(title(n, s) for n, s in scenes.items()) + " |"
     lines = [head, "|---" * (len(scenes) + 1) + "|"]

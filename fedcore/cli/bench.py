@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from fedcore.bench.choice import choice_line  # stdlib only, so `fedcore --help` stays fast
 from fedcore.cli.console import (
     TrackingOpt,
     TrackingUriOpt,
@@ -126,28 +127,6 @@ def print_todo(jobs: list, workers: int, out: Path) -> None:
 
 def say(line: str) -> None:
     err_console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def choice_line(name: str, scene: dict) -> str:
-    """'quickstart: fedsir at its tuned setting (val acc last-10 91.20%), runner-up fednoro (default) by 0.40
-    points': scores in %, as every score a person reads (bench.json keeps fractions)."""
-    from fedcore.bench.choice import among_of, label
-
-    if scene.get("still_to_run"):
-        name += " (so far)"
-    setting = scene.get("choice_setting") or among_of(scene)[-1]  # a record from before settings: tuned
-    if scene["choice"] is None:
-        return f"{name}: no method has a validation score on every reporting seed at either setting"
-    means = scene["means"]
-    mean = means.get(label(scene["choice"], setting), means.get(scene["choice"]))
-    line = f"{name}: {scene['choice']} at its {setting} setting (val {scene['metric']} last-10 {100 * mean:.2f}%)"
-    if scene["runner_up"] is not None:
-        other = scene.get("runner_up_setting")
-        by = f"{100 * scene['margin']:.2f} points"
-        line += f", runner-up {scene['runner_up']}{f' ({other})' if other else ''} by {by}"
-    if scene["left_out"]:
-        line += f"; left out (a seed without a score): {', '.join(scene['left_out'])}"
-    return line
 
 
 def int_list(text: str | list[int] | None, option: str) -> list[int] | None:

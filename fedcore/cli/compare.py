@@ -19,7 +19,7 @@ def compare(
     by: Annotated[str, typer.Option(help="label rows by this record field (runs average only when their "
                                           "configs agree on all but the seed)")] = "method",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for --experiment's bar chart, "
-                                             "compare-<experiment>.png (default: runs/)")] = None,
+                                             "compare-<experiment>.png (default: none, compare only reads)")] = None,
     tracking_uri: ReadTrackingUriOpt = None,
 ) -> None:
     """Table of final metrics across runs (mean ± std over the seeds of one config)."""
@@ -32,7 +32,7 @@ def compare(
     if experiment:
         from fedcore.reporting.compare_mlflow import compare_experiment
 
-        compare_experiment(experiment, console, uri=tracking_uri, out_dir=out or Path("runs"))
+        compare_experiment(experiment, console, uri=tracking_uri, out_dir=out)
         return
     if tracking_uri is not None:
         raise UserError("--tracking-uri is where --experiment is read from; comparing run dirs reads no MLflow")

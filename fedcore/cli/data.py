@@ -42,12 +42,13 @@ def data_prepare(
 @app.command("inspect", short_help="summarize a federation before training")
 def data_inspect(
     config: ConfigArg,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for the figure (default runs/inspect-<data "
-                                                                 "hash>)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="folder for the client x class figure (default: "
+                                                                 "none, inspect only reads)")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Summarize a federation before training: clients and their sizes, classes per client, the label
-    histogram, agreement with trusted labels, and a client x class figure. Writes only the figure."""
+    histogram, agreement with trusted labels, and, with --out, a client x class figure. Writes
+    nothing else."""
     # Imported here: `fedcore --help` stays fast (torch, matplotlib).
     from fedcore.data.build import build_federated_dataset
     from fedcore.data.report import print_federation
@@ -61,6 +62,9 @@ def data_inspect(
     console.print(f"[bold]{fed.meta['name']}[/]: {fed.num_classes} classes ({fed.task}-label), partition "
                   f"{cfg.partition.kind}")
     print_federation(federation_summary(fed), console)
+    if out is None:  # a look before training leaves no files behind unless asked (issue 71)
+        console.print("client x class figure: pass --out FOLDER to draw it")
+        return
     fig = client_class_figure(client_class_counts(fed), client_names(fed), fed.meta["class_names"])
-    path = save(fig, (out or Path("runs") / f"inspect-{cfg.data_hash()[:12]}") / "clients_by_class.png")
+    path = save(fig, out / "clients_by_class.png")
     console.print(f"wrote [bold]{path}[/]")

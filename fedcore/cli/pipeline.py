@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from fedcore.cli.console import ConfigArg, group, list_option, local_folder, make_console, set_option
+from fedcore.deploy import env as deploy_env
 from fedcore.errors import ConfigError, UserError
 
 app = group("Compile, run locally, submit and schedule the Kubeflow pipelines.",
@@ -23,12 +24,16 @@ SeedsOpt = list_option("--seed", "sweep: training seeds", ints=True)
 SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="sweep YAML: methods, seeds, settings; retrain: "
                                                 "train its `selected` method (or --method) at its overrides")]
 ImageOpt = Annotated[str | None, typer.Option("--image", help="container image of every task")]
-GpuTypeOpt = Annotated[str | None, typer.Option("--gpu-type", help="accelerator resource, e.g. nvidia.com/gpu")]
-GpusOpt = Annotated[int | None, typer.Option("--gpus", help="accelerators per training stage (0 = CPU)")]
+GpuTypeOpt = Annotated[str | None, typer.Option(
+    "--gpu-type", help=f"accelerator resource (default: {deploy_env.GPU_RESOURCE})")]
+GpusOpt = Annotated[int | None, typer.Option(
+    "--gpus", help="accelerators per training stage; 0 = CPU nodes (default: 1, or 0 with train.device=cpu)")]
 WorkersOpt = Annotated[int | None, typer.Option(
     "--workers", help="nodes per training stage; above 1 each stage runs as a Kubeflow Trainer TrainJob "
     "(--gpus ranks per node), see docs/deploy.md")]
-SelectorOpt = Annotated[list[str] | None, typer.Option("--node-selector", help="k=v for training stages")]
+SelectorOpt = Annotated[list[str] | None, typer.Option(
+    "--node-selector", help="k=v for training stages on GPUs (default: "
+    + ", ".join(f"{k}={v}" for k, v in deploy_env.GPU_NODE_SELECTOR.items()) + ")")]
 PrefixOpt = Annotated[str, typer.Option("--data-prefix", help="retrain: s3:// prefix of dated data snapshots")]
 ModelOpt = Annotated[str, typer.Option("--model-name", help="retrain: registered model name")]
 TrackOpt = Annotated[bool, typer.Option("--tracking/--no-tracking", help="record runs in MLflow")]
@@ -249,10 +254,45 @@ def run_package(package: Path, args: dict[str, Any], out: Path) -> tuple[Any, An
                         "(change it with --set)")
     if not package.is_file():
         raise UserError(f"--package '{package}' not found; compile one with `fedcore pipeline compile`")
-    cfg = package_config(package, args.get("set_"))
+    overrides = list(args.get("set_") or compiled_overrides(package))
+    store = package_store(package_config(package, overrides), out, args.get("task_env"))
+    if store:  # a run-time list replaces the compiled one, so it carries the compiled --set too
+        overrides += store
+        args = {**args, "set_": overrides}
+    cfg = package_config(package, overrides)
     pipeline = components.load_component_from_file(str(package))
     console.print(f"running package [bold]{package}[/] locally (task logs: {out / 'kfp-local.log'})")
     return run_local(pipeline, out, docker=args.get("docker"), **run_arguments(args["name"], args)), cfg
+
+
+def compiled_overrides(package: Path) -> list[str]:
+    """The `overrides` input's default: the --set list the package was compiled with."""
+    from google.protobuf import json_format
+
+    from pipelines.runner import load_specs
+
+    spec, _ = load_specs(package)
+    param = spec.root.input_definitions.parameters.get("overrides")
+    if param is None or not param.HasField("default_value"):
+        return []
+    return [str(v) for v in json_format.MessageToDict(param.default_value) or []]
+
+
+def package_store(cfg: Any, out: Path, task_env: dict | None = None) -> list[str]:
+    """Overrides that put a package's embedded MLflow store under `out`, as a compiled config's is.
+
+    A package compiled for a cluster names no store, and its tasks would otherwise open the
+    embedded default in the working directory (issue 71.2). A tracking.uri in the package or the
+    --set list, or MLFLOW_TRACKING_URI in the tasks' environment, still says where runs go."""
+    import json
+
+    if cfg.tracking.backend == "none" or cfg.tracking.uri:
+        return []
+    store = local_store(out, task_env)
+    if "artifact_location" not in store:  # the environment names the server; the tasks see it too
+        return []
+    # JSON-quoted: an override's value is read as YAML, and a path may hold ': ' or ' #'.
+    return [f"tracking.{key}={json.dumps(value)}" for key, value in store.items()]
 
 
 def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console = console) -> None:

@@ -49,7 +49,10 @@ class PipelineResources(BaseModel):
     stage_cpu_limit: str = Field("8", description="every training stage")
     stage_memory_limit: str = "24Gi"
     accelerator_type: str = env.GPU_RESOURCE
-    accelerators: int = Field(1, ge=0, description="per training stage; 0 runs stages on CPU nodes")
+    # None follows the config: a stage that may train on CUDA (train.device auto/cuda) gets one GPU,
+    # a stage pinned to the CPU none, so a CPU config never waits for a GPU node (`for_device`).
+    accelerators: int | None = Field(None, ge=0, description="per training stage; 0 runs stages on CPU nodes; "
+                                     "None: 1, or 0 with train.device=cpu")
     node_selector: dict[str, str] = Field(default_factory=lambda: dict(env.GPU_NODE_SELECTOR))
     tolerations: list[Toleration] = Field(default_factory=lambda: [Toleration(**env.GPU_TOLERATION)])
     retries: int = Field(2, ge=0, description="retries of a failed training stage (resumes the same config)")
@@ -64,6 +67,16 @@ class PipelineResources(BaseModel):
     config_map: str = env.RUNTIME_CONFIGMAP
     cache_pvc: str | None = env.DATASET_CACHE_PVC
     service_account: str = env.PIPELINE_SERVICE_ACCOUNT
+
+    def gpus(self, device: str = "auto") -> int:
+        """GPUs per training stage for a config training on `device` (auto, cpu or cuda)."""
+        if self.accelerators is not None:
+            return self.accelerators
+        return 0 if device == "cpu" else DEFAULT_GPUS
+
+    def for_device(self, device: str) -> PipelineResources:
+        """These settings with the GPU count fixed for `device`: what a compiled pipeline carries."""
+        return self.model_copy(update={"accelerators": self.gpus(device)})
 
     @model_validator(mode="after")
     def _limits_cover_requests(self) -> PipelineResources:
@@ -107,6 +120,8 @@ class PipelineResources(BaseModel):
             raise ConfigError(f"bad task resources: {first['msg'].removeprefix('Value error, ')}") from None
 
 
+DEFAULT_GPUS = 1  # per training stage of a config that may train on CUDA
+
 RESOURCE_FIELDS: tuple[str, ...] = (*(
     f"{prefix}{kind}_{what}" for prefix in ("", "stage_") for kind in ("cpu", "memory") for what in ("request", "limit")
 ), "retries", "trainjob_prefix", "trainjob_timeout_s")
@@ -115,11 +130,12 @@ RESOURCE_FIELDS: tuple[str, ...] = (*(
 def check_accelerators(res: PipelineResources, device: str) -> None:
     """Refuse GPUs a stage could not use: with train.device=cpu, N > 1 GPUs per stage would sit
     idle (on CUDA every GPU gets a rank, see `ops.stage_processes` and the TrainJob's
-    numProcPerNode). One GPU stays allowed: it is the default, and presets pinned to the CPU
-    compile with it."""
-    if res.accelerators > 1 and device == "cpu":
-        raise ConfigError(f"--gpus {res.accelerators} with train.device=cpu: the stage would hold "
-                          f"{res.accelerators} GPUs and train on none; set train.device=auto or cuda "
+    numProcPerNode). One GPU stays allowed: a package compiled for train.device=auto holds one,
+    and a run may still switch its config to the CPU through the `overrides` input."""
+    gpus = res.gpus(device)
+    if gpus > 1 and device == "cpu":
+        raise ConfigError(f"--gpus {gpus} with train.device=cpu: the stage would hold "
+                          f"{gpus} GPUs and train on none; set train.device=auto or cuda "
                           "(one rank per GPU), or --gpus 0")
 
 

@@ -55,14 +55,14 @@ def stage_trainjob(name: str, spec_uri: str, res: PipelineResources,
 
 def build_trainjob(name: str, module: str, args: Sequence[str], res: PipelineResources, nodes: int,
                    runtime: str = RUNTIME) -> dict[str, Any]:
-    """`torchrun -m module args` on `nodes` nodes, `max(res.accelerators, 1)` ranks each.
+    """`torchrun -m module args` on `nodes` nodes, `max(res.gpus(), 1)` ranks each.
 
     Every node gets the stage's CPU/memory requests, its GPUs, the S3 keys and the client
     settings as env vars (FEDCORE_CACHE: a scratch folder, see NODE_CACHE), and (through a
     runtime patch) the pod labels the NetworkPolicies admit (MLflow and S3; one rank from
     another), the service account, and the GPU node selector and tolerations.
     """
-    gpus = res.accelerators
+    gpus = res.gpus()
     # Limits as on the stage's own pod: a node that runs away cannot starve the others on its host.
     resources: dict[str, Any] = {"requests": {"cpu": res.stage_cpu_request, "memory": res.stage_memory_request},
                                  "limits": {"cpu": res.stage_cpu_limit, "memory": res.stage_memory_limit}}

@@ -203,7 +203,7 @@ def run_on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], res: PipelineRe
         raise TrainJobFailed(f"cannot create TrainJob {namespace}/{name}: {describe(err)}; is Kubeflow Trainer "
                              "installed and does the runner's Role allow trainjobs (docs/deploy.md, "
                              "'Multi-node stages')?") from None
-    print(f"TrainJob {namespace}/{name}: {res.workers} nodes x {max(res.accelerators, 1)} ranks, "
+    print(f"TrainJob {namespace}/{name}: {res.workers} nodes x {max(res.gpus(), 1)} ranks, "
           f"run dir to {prefix}/out", flush=True)
     with terminate_as_interrupt():
         try:

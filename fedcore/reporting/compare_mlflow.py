@@ -1,4 +1,4 @@
-"""`fedcore compare --experiment NAME`: the comparison table from an MLflow experiment, plus a PNG.
+"""`fedcore compare --experiment NAME`: the comparison table from an MLflow experiment (and a PNG with --out).
 
 Reads finished child runs (one per method, seed, setting) with `mlflow.search_runs` and
 groups runs whose logged configs agree on all but the seed into mean ± std over seeds,
@@ -8,6 +8,7 @@ labelled by (method, setting), like the sweep's `compare`.
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,25 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "experiment"
 
 
+def local_store(uri: str) -> Path | None:
+    """Where a local MLflow store lives: the sqlite file of `sqlite:///PATH`, the folder of a file
+    store (`file:///PATH` or a plain path); None for a server or an in-memory database."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):])
+    if "://" in uri and not uri.startswith("file://"):
+        return None  # http(s)://, databricks://, postgresql://, sqlite:// (in memory)
+    return Path(uri.removeprefix("file://"))
+
+
+def require_store(experiment: str, uri: str) -> None:
+    """Refuse a local store that does not exist: opening it would create it (an empty sqlite
+    database of ~1 MB with its tables, issue 71.3), and a command that only reads writes nothing."""
+    where = local_store(uri)
+    if where is not None and not where.exists():
+        raise UserError(f"no MLflow experiment '{experiment}': no MLflow store at {where} (nothing was tracked "
+                        "there); point MLFLOW_TRACKING_URI at the store, or run from the folder that holds mlruns/")
+
+
 def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]]:
     """One record per finished child run: method, setting, seed, run id and its final metrics."""
     import mlflow
@@ -46,6 +66,7 @@ def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]
     from fedcore.tracking.transport import temp_env
 
     tracking_uri, _ = resolve_uri(uri, Path.cwd())
+    require_store(experiment, tracking_uri)
     with temp_env(CONNECT_ENV), quiet_store_setup():
         try:
             client = mlflow.MlflowClient(tracking_uri=tracking_uri)
@@ -58,7 +79,10 @@ def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]
         from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
         # Scoped: a process-wide set_tracking_uri would redirect later fluent calls (pyfunc.load_model).
-        with _use_tracking_uri(tracking_uri):
+        # Leaving the scope sets the URI back to None, which drops MLFLOW_TRACKING_URI from os.environ:
+        # `fedcore report --experiment` then opened (and created) ./mlruns to download the artifacts.
+        with temp_env({k: v for k, v in os.environ.items() if k == "MLFLOW_TRACKING_URI"}), \
+                _use_tracking_uri(tracking_uri):
             df = mlflow.search_runs(experiment_ids=[exp.experiment_id],
                                     filter_string="attributes.status = 'FINISHED'")
     return [r for r in (_record(row) for _, row in df.iterrows()) if r is not None]
@@ -85,8 +109,9 @@ def _record(row: Any) -> dict[str, Any] | None:
 
 
 def compare_experiment(experiment: str, console: Console, uri: str | None = None,
-                       out_dir: str | Path = "runs") -> Path:
-    """Print the table of `experiment` and write its bar chart into `out_dir`; returns the PNG path."""
+                       out_dir: str | Path | None = None) -> Path | None:
+    """Print the table of `experiment` and, given `out_dir`, write its bar chart there; returns the PNG
+    path. Without `out_dir` nothing is written: comparing only reads (issue 71, read-only commands)."""
     from fedcore.reporting.compare import budget_notes, group_records, merge_notes
     from fedcore.reporting.plots import compare_figure, save
     from fedcore.reporting.terminal import console_table
@@ -97,6 +122,9 @@ def compare_experiment(experiment: str, console: Console, uri: str | None = None
     console.print(console_table(records, by="group", title=f"MLflow experiment '{experiment}'"))
     for note in [*merge_notes(records, by="group"), *budget_notes(records, by="group")]:
         console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)
+    if out_dir is None:
+        console.print("bar chart: pass --out FOLDER to draw it", markup=False, highlight=False, soft_wrap=True)
+        return None
     groups = group_records(records, by="group")
     metric = plot_metric(records)
     stats = {g: mean_std([r["summary"].get(metric) for r in recs]) for g, recs in groups.items()}

@@ -261,21 +261,27 @@ def page(groups: dict[str, list[dict[str, Any]]], records: list[dict[str, Any]],
         return "-" if math.isnan(m) else (f"{100 * m:.1f}" if len(recs) == 1 else f"{100 * m:.1f} ± {100 * s:.1f}")
 
     dataset = (records[0].get("config") or {}).get("data.name", "?")
+    # The score a choice on validation reads (fedcore bench's), shown where the runs have a validation split.
+    val_key = f"final/val_{short}_last10"
+    has_val = any(r["summary"].get(val_key) is not None for r in records)
+    val_head = f"val {short} last-10 | " if has_val else ""
     lines = [f"# fedcore report: {dataset}", "", f"{len(records)} runs in {len(groups)} groups.", "",
-             f"| group | seeds | budget | {short} last-10 | {short} best round | {short} at val-best | "
-             "last-10 > FedAvg's best round, every seed |", "|---|---|---|---|---|---|---|"]
+             f"| group | seeds | budget | {val_head}{short} last-10 | {short} best round | {short} at val-best | "
+             "last-10 > FedAvg's best round, every seed |", "|---" * (7 + has_val) + "|"]
     for g, recs in groups.items():
         seeds = ", ".join(str(r.get("seed")) for r in recs)
         verdict = beats_fedavg_every_seed(recs, records, short)
         budget = " / ".join(sorted({budget_of(r) for r in recs}))
         extra = max(compare.extra_rounds(r) for r in recs)
         budget += f" (+{extra} in extra stages)" if extra else ""
-        lines.append(f"| {g} | {seeds} | {budget} | {cell(f'final/{short}_last10', recs)} "
+        val = f"{cell(val_key, recs)} | " if has_val else ""
+        lines.append(f"| {g} | {seeds} | {budget} | {val}{cell(f'final/{short}_last10', recs)} "
                      f"| {cell(f'final/{short}_best', recs)} | {cell(f'final/{short}_at_val_best', recs)} "
                      f"| {verdict} |")
     lines.append("")
     lines.append("Values in %, mean ± sample std (n − 1) over seeds. \"At val-best\": the test score at the "
-                 "round the clients' held-out validation split picks (runs with `data.validation`); the best "
+                 "round the clients' held-out validation split picks (runs with `data.validation`), "
+                 "\"val last-10\" that split's own score over the last 10 rounds; the best "
                  "round is picked on the test set, an oracle no user has. Budget: the training rounds every "
                  "method is given (`train.rounds`) and its local epochs; \"extra stages\": rounds a method adds "
                  "before training (FedSIR's identification, FedRG's pretraining), not counted in the budget.")

@@ -57,7 +57,7 @@ def trial_job(cfg: ExperimentConfig, dims: list[Dim], res: PipelineResources, co
     env = secret_env(res)
     env += [{"name": k, "valueFrom": {"configMapKeyRef": {"name": res.config_map, "key": k, "optional": True}}}
             for k in CONFIG_MAP_KEYS]
-    gpus = res.accelerators if cfg.train.device != "cpu" else 0
+    gpus = res.gpus(cfg.train.device) if cfg.train.device != "cpu" else 0
     limits = {"cpu": res.stage_cpu_limit, "memory": res.stage_memory_limit, **({res.accelerator_type: gpus}
                                                                                  if gpus else {})}
     container = {

@@ -83,10 +83,13 @@ def test_bench_json_holds_the_choice_rows_and_tuned_params(bench):
     assert any(o.startswith("method.params.mu=") for o in spec.method_overrides["fedprox"])
     assert "written by\n# fedcore bench" in Path(scene["sweep"]).read_text()
     assert Path(scene["report"]).is_file() and (Path(scene["report"]).parent / "accuracy.png").is_file()
-    # the report names its groups by row and setting, as the table does, not by config keys
-    groups = [line.split(" | ")[0][2:] for line in Path(scene["report"]).read_text().splitlines()
-              if line.startswith("| fed")]
-    assert set(groups) >= {f"{m} ({s})" for m in ("fedavg", "fedprox") for s in ("default", "tuned")}
+    # the report names its groups by row and setting, as the table does, not by config keys, and marks the choice
+    page = Path(scene["report"]).read_text()
+    groups = [line.split(" | ")[0][2:] for line in page.splitlines() if line.startswith("| fed")]
+    chosen = (scene["choice"], scene["choice_setting"])
+    assert set(groups) == {f"{m} ({s}{', chosen' if (m, s) == chosen else ''})"
+                           for m in ("fedavg", "fedprox") for s in ("default", "tuned")}
+    assert "| val acc last-10 |" in page  # the score the choice read
     assert all(isinstance(r["one_class"], bool) for r in scene["rows"])  # from each run's confusion.json
 
 

@@ -112,9 +112,12 @@ def test_the_choice_is_choose_over_the_rows_and_the_sweep_file_records_it(local_
     shas = {json.loads((Path(r["run"]) / "metrics.json").read_text())["data_sha256"] for r in scene["rows"]}
     assert len(shas) == 1
     # kfp.local leaves the run dirs here, so the scene's report is written, its groups named as `fedcore bench`'s
+    # (the choice marked)
     page = Path(scene["report"]).read_text()
-    assert {line.split(" | ")[0][2:] for line in page.splitlines() if line.startswith("| fed")} >= {
-        f"{m} ({s})" for m in ("fedavg", "fedprox") for s in ("default", "tuned")}
+    chosen = (scene["choice"], scene["choice_setting"])
+    assert {line.split(" | ")[0][2:] for line in page.splitlines() if line.startswith("| fed")} == {
+        f"{m} ({s}{', chosen' if (m, s) == chosen else ''})"
+        for m in ("fedavg", "fedprox") for s in ("default", "tuned")}
 
 
 def test_the_chosen_run_is_registered_with_alias_selected(local_run):

@@ -78,3 +78,32 @@ def test_ties_go_to_the_first_name_then_its_default_and_one_method_has_no_runner
     alone = choose([_row("a", "tuned", 0, 0.5, 0.1), _row("a", "default", 0, 0.4, 0.1)], [0])
     assert (alone["choice"], alone["runner_up"], alone["margin"]) == ("a", None, None)
     assert choose([], [0])["choice"] is None and choose([], [0])["choice_setting"] is None
+
+
+def test_the_choice_line_is_in_percent_and_warns_when_one_seed_cannot_judge_the_margin():
+    """Issue 71.4: it read 'val acc last-10 0.3067 ... by 0.0200', in fractions beside tables in %,
+    and said nothing of a margin taken on one seed."""
+    from fedcore.bench.choice import choice_line
+
+    one = {**choose(ROWS, [0]), "rows": ROWS, "metric": "acc"}
+    assert choice_line("q", one) == (
+        "q: fedprox at its default setting (val acc last-10 99.0%), runner-up fedsir (tuned) by 19.0 points "
+        "on one reporting seed, which cannot tell that margin from seed-to-seed spread (give the grid more seeds)")
+    two = {**choose(ROWS, [0, 1]), "rows": ROWS, "metric": "acc"}
+    assert choice_line("q", two) == (
+        "q: fedprox at its default setting (val acc last-10 99.0%), runner-up fedsir (tuned) by 29.0 points")
+    assert choice_line("q", {**two, "still_to_run": {"runs": 1}}).startswith("q (so far): fedprox")
+    close = {**two, "margin": 0.0004}  # a lead under a tenth of a point keeps its digits
+    assert "by 0.04 points" in choice_line("q", close)
+
+
+def test_the_choice_line_of_an_old_record_says_it_read_tuned_rows_only():
+    from fedcore.bench.choice import choice_line
+
+    old = {k: v for k, v in choose(ROWS, [0, 1], among=OLD_RULE).items() if k != "among"}
+    # FedSIR leads FedAvg on the mean (0.70 against 0.65) but not on seed 1 (0.60 against 0.70): the line says so.
+    assert choice_line("q", {**old, "rows": ROWS}).endswith(
+        "runner-up fedavg (tuned) by 5.0 points, which is ahead on seed 1; chosen among tuned settings only "
+        "(the rule of this record's time)")
+    assert choice_line("q", {**old, "choice": None}) == (
+        "q: no method has a validation score on every reporting seed at either setting")

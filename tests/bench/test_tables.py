@@ -54,16 +54,19 @@ def test_a_verdict_needs_every_common_seed_and_gives_the_smallest_margin():
 def test_the_scene_table_judges_tuned_rows_against_fedavgs_better_row_per_seed():
     assert scene_table("fedsir_09", SCENE).splitlines() == [
         "### fedsir_09", "",
-        "| method | trials | default last-10 | default acc@val | tuned last-10 | tuned acc@val "
-        "| tuned > FedAvg test-best | tuned > FedAvg acc@val | seeds, notes |",
-        "|---|---|---|---|---|---|---|---|---|",
-        "| coteaching | 8 (3 pruned, 1 diverged) | 41.0 ± 1.4 | 44.5 ± 0.7 | 72.5 ± 3.5 | 72.5 ± 2.1 "
-        "| ✗ (-2.0) | ✗ (-3.0) | 2/2; s1 one class |",
+        "| method | trials | default val last-10 | default last-10 | default acc@val | tuned val last-10 "
+        "| tuned last-10 | tuned acc@val | tuned last-10 > FedAvg test-best | tuned acc@val > FedAvg acc@val "
+        "| seeds, notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        # acc@val against FedAvg's acc@val: coteaching's s1 .71 is under .73.
+        "| coteaching | 8 (3 pruned, 1 diverged) | - | 41.0 ± 1.4 | 44.5 ± 0.7 | - | 72.5 ± 3.5 | 72.5 ± 2.1 "
+        "| ✗ (-2.0) | ✗ (-2.0) | 2/2; s1 one class |",
         # The diverged seed leaves the verdict on the seed that trained, and is named.
-        "| dividemix | - | 56.0 ± 1.4 | 57.0 ± 1.4 | 72.0 | 73.0 | ✓ (+1.0) | ✓ (+3.0) | 2/1; tuned s1 diverged |",
-        "| fedavg | 8 (2 pruned, 0 diverged) | 55.0 ± 7.1 | 65.5 ± 0.7 | 69.0 ± 1.4 | 71.0 ± 2.8 "
+        "| dividemix | - | - | 56.0 ± 1.4 | 57.0 ± 1.4 | - | 72.0 | 73.0 | ✓ (+1.0) | ✓ (+4.0) "
+        "| 2/1; tuned s1 diverged |",
+        "| fedavg | 8 (2 pruned, 0 diverged) | - | 55.0 ± 7.1 | 65.5 ± 0.7 | - | 69.0 ± 1.4 | 71.0 ± 2.8 "
         "| reference | reference | 2/2 |",
-        "| fedsir | 8 (1 pruned, 0 diverged) | 77.0 ± 1.4 | 76.0 ± 1.4 | 77.0 ± 4.2 | 76.5 ± 3.5 "
+        "| fedsir | 8 (1 pruned, 0 diverged) | - | 77.0 ± 1.4 | 76.0 ± 1.4 | - | 77.0 ± 4.2 | 76.5 ± 3.5 "
         "| ✓ (+2.0) | ✓ (+1.0) | 2/2 |",
         "",
         "Ranking by mean last-10, default: fedsir 77.0 > dividemix 56.0 > fedavg 55.0 > coteaching 41.0. "
@@ -106,8 +109,8 @@ def test_bench_table_per_seed_prints_each_scene_and_refuses_two_tables_at_once(t
 def test_a_multi_label_scene_says_map():
     lines = scene_table("fedharmony_scenes", MAP_SCENE).splitlines()
     assert lines[0] == "### fedharmony_scenes (mAP)"
-    assert "| default mAP@val |" in lines[2] and "| tuned > FedAvg mAP@val |" in lines[2]
-    assert lines[5] == "| fedharmony | - | 84.0 | 85.0 | 77.0 | 79.0 | ✗ (-10.0) | ✗ (-9.0) | 1/1 |"
+    assert "| default mAP@val |" in lines[2] and "| tuned mAP@val > FedAvg mAP@val |" in lines[2]
+    assert lines[5] == "| fedharmony | - | - | 84.0 | 85.0 | - | 77.0 | 79.0 | ✗ (-10.0) | ✗ (-7.0) | 1/1 |"
     assert lines[-1].endswith("test-best 87.0, mAP@val 86.0.")
 
 
@@ -180,7 +183,7 @@ def test_a_row_above_one_fedavg_bar_only_is_marked_not_beating_it():
     scene = {"metric": "acc", "rows": [*rows, _row("sce", "tuned", 0, 0.60, 0.7, 0.6),
                                        _row("sce", "tuned", 1, 0.52, 0.7, 0.6)], "tuned": {}}
     sce = next(line for line in scene_table("a", scene).splitlines() if line.startswith("| sce "))
-    assert "| ✗ (-3.0) | ✓ (+2.0) | 0/2 |" in sce
+    assert "| ✗ (-3.0) | ✓ (+10.0) | 0/2 |" in sce
     assert "| sce | 56.0 ✗ |" in summary_table({"a": scene})
     assert "Ranking: no row has both settings yet." in scene_table("a", {**scene, "rows": scene["rows"][4:]})
 
@@ -202,3 +205,49 @@ def test_every_table_of_a_scene_with_work_left_says_it_is_partial():
     # the rest of each table is the finished scene's
     assert scene_table("fedsir_09", partial).splitlines()[4:] == scene_table("fedsir_09", SCENE).splitlines()[2:]
     assert "Partial" not in summary_table({"fedsir_09": SCENE}) + seed_table(SCENE, "s")
+
+
+def _scored(method, setting, seed, val, last10, at_val):
+    return {**_row(method, setting, seed, last10, last10 + 0.02, at_val), "val_acc_last10": val}
+
+
+# Issue 71.4's case: the tuned row stops on validation at 52.9 against FedAvg's 51.1, while its last-10
+# (41.2) is under FedAvg's 51.1; the choice (fedprox, tuned) rests on one seed.
+CHOSEN = {"metric": "acc", "tuned": {}, "among": ["default", "tuned"], "rows": [
+    _scored("fedavg", "default", 0, 0.30, 0.50, 0.511), _scored("fedavg", "tuned", 0, 0.29, 0.49, 0.50),
+    _scored("fedprox", "default", 0, 0.28, 0.40, 0.45), _scored("fedprox", "tuned", 0, 0.3067, 0.412, 0.529)],
+    "choice": "fedprox", "choice_setting": "tuned", "runner_up": "fedavg", "runner_up_setting": "default",
+    "margin": 0.0067, "means": {"fedprox (tuned)": 0.3067, "fedavg (default)": 0.30}, "left_out": []}
+
+
+def test_the_table_shows_the_validation_score_bolds_the_choice_and_says_why():
+    lines = scene_table("q", CHOSEN).splitlines()
+    fedprox = next(line for line in lines if line.startswith("| **fedprox** (chosen, tuned) "))
+    # default val, last-10, @val; tuned val (bold: what the choice read), last-10, @val; the verdicts
+    assert fedprox.split(" | ")[2:10] == ["28.0", "40.0", "45.0", "**30.7**", "41.2", "52.9", "✗ (-10.8)", "✓ (+1.8)"]
+    assert "| fedavg | - | 30.0 | 50.0 | 51.1 | 29.0 |" in lines[4]  # no bold: not chosen
+    assert lines[-1] == ("Chosen on validation: fedprox at its tuned setting (val acc last-10 30.7%), runner-up "
+                         "fedavg (default) by 0.7 points on one reporting seed, which cannot tell that margin "
+                         "from seed-to-seed spread (give the grid more seeds).")
+
+
+def test_the_acc_at_val_verdict_compares_acc_at_val_on_every_table():
+    """It compared the tuned last-10 with FedAvg's acc@val: 41.2 against 51.1 read ✗ (-9.9)."""
+    assert "| ✗ (-10.8) | ✓ (+1.8) |" in scene_table("q", CHOSEN)
+    # the summary's ✓ needs both verdicts, and the per-seed mark both comparisons (test-best fails here)
+    assert "| fedprox | 41.2 ✗ |" in summary_table({"q": CHOSEN})
+    assert "| fedprox, tuned | 41.2 ✗ |" in seed_table(CHOSEN, "q")
+    above_both = {**CHOSEN, "rows": [*CHOSEN["rows"][:3], _scored("fedprox", "tuned", 0, 0.3067, 0.60, 0.529)]}
+    assert "| fedprox | 60.0 ✓ |" in summary_table({"q": above_both})
+    assert "| fedprox, tuned | 60.0 ✓ |" in seed_table(above_both, "q")
+    under_val = {**CHOSEN, "rows": [*CHOSEN["rows"][:3], _scored("fedprox", "tuned", 0, 0.3067, 0.60, 0.50)]}
+    assert "| fedprox, tuned | 60.0 ✗ |" in seed_table(under_val, "q")  # last-10 alone above both bars
+
+
+def test_the_report_labels_mark_the_chosen_row():
+    from fedcore.bench.results import report_labels
+
+    rows = [{**r, "run": f"runs/{r['method']}/{r['setting']}"} for r in CHOSEN["rows"]]
+    labels = report_labels(rows, "fedprox", "tuned")
+    assert labels["runs/fedprox/tuned"] == "fedprox (tuned, chosen)"
+    assert labels["runs/fedprox/default"] == "fedprox (default)" and labels["runs/fedavg/tuned"] == "fedavg (tuned)"

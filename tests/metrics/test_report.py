@@ -80,6 +80,18 @@ def test_report_groups_by_the_labels_a_bench_gives(runs, tmp_path):
     assert "| 0, 1 |" in next(line for line in page.splitlines() if line.startswith("| fedavg (default) "))
 
 
+def test_the_page_shows_the_validation_score_a_bench_chose_on(runs, tmp_path):
+    """Issue 71.4: a bench's report.md had no validation column and no mark on the chosen row."""
+    from fedcore.reporting.report import write_report
+
+    labels = {str(runs[0]): "fedavg (default)", str(runs[2]): "fedsir (tuned, chosen)"}
+    page = write_report(list(labels), tmp_path / "rep", labels).read_text()
+    assert "| group | seeds | budget | val acc last-10 | acc last-10 |" in page
+    val = json.loads((runs[2] / "metrics.json").read_text())["summary"]["final/val_acc_last10"]
+    assert next(line for line in page.splitlines() if line.startswith("| fedsir (tuned, chosen) | 0 | ")).split(
+        " | ")[3] == f"{100 * val:.1f}"
+
+
 def test_report_refuses_mixed_datasets_and_missing_runs(runs, tmp_path, capsys):
     other = tmp_path / "mnist-run"
     other.mkdir()

@@ -1,4 +1,4 @@
-"""`fedcore compare --experiment`: mean ± std over seeds from mlflow.search_runs, plus a PNG."""
+"""`fedcore compare --experiment`: mean ± std over seeds from mlflow.search_runs, plus a PNG with --out."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _pm(a: float, b: float) -> str:
     return f"{100 * (a + b) / 2:.1f} ± {100 * abs(a - b) / math.sqrt(2):.1f}"
 
 
-def test_compare_experiment_groups_seeds_and_writes_a_plot(tmp_path, monkeypatch, capsys):
+def test_compare_experiment_groups_seeds_and_writes_a_plot_when_asked(tmp_path, monkeypatch, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
@@ -34,7 +34,7 @@ def test_compare_experiment_groups_seeds_and_writes_a_plot(tmp_path, monkeypatch
     _child(tracker, "fedprox", "noisy", 0, 0.70)
     tracker.start("still running", {"method": "fedavg", "setting": "noisy"})  # unfinished: left out
 
-    main(["compare", "--experiment", "cmp"])
+    main(["compare", "--experiment", "cmp", "--out", "runs"])
 
     out = capsys.readouterr().out
     assert "fedavg · noisy" in out and _pm(0.80, 0.90) in out and "85.0 ± 7.1" in out

@@ -6,6 +6,7 @@ import pytest
 import yaml
 from google.protobuf import json_format
 
+from fedcore import cli
 from fedcore.deploy import env
 from fedcore.pipeline.inputs import parse_config
 from fedcore.pipeline.plan import SweepSpec
@@ -254,3 +255,40 @@ def test_gpus_a_cpu_stage_cannot_use_are_refused(tmp_path):
         build_pipeline("experiment", config_from_dict(CFG), PipelineOptions(resources=RES,
                                                                             overrides=("train.device=cpu",)))
     build_pipeline("experiment", cfg, PipelineOptions(resources=RES.model_copy(update={"accelerators": 1})))
+
+
+def _stage_container(path):
+    spec, platform = load_specs(path)
+    return _executor(spec, platform, _tasks(spec)["fedavg-train"])
+
+
+@pytest.mark.parametrize(("device", "gpus", "expected"), [
+    ("cpu", None, None), ("auto", None, "1"), ("cuda", None, "1"), ("cpu", 0, None), ("auto", 0, None),
+    ("auto", 2, "2"),
+])
+def test_stage_gpus_follow_train_device_unless_gpus_is_given(device, gpus, expected, tmp_path):
+    """Issue 71.1: a config pinned to the CPU compiled into a stage that held a GPU and waited for a GPU node."""
+    config = tmp_path / "cfg.yaml"
+    config.write_text(yaml.safe_dump({**CFG, "train": {"device": device}}))
+    out = tmp_path / "experiment.yaml"
+    argv = ["pipeline", "compile", "experiment", str(config), "--out", str(out)]
+    cli.main(argv + ([] if gpus is None else ["--gpus", str(gpus)]))
+    container, k8s = _stage_container(out)
+
+    resources = dict(container["resources"])
+    assert (resources["accelerator"]["resourceCount"] if "accelerator" in resources else None) == expected
+    assert ("nodeSelector" in k8s, "tolerations" in k8s) == (expected is not None,) * 2
+
+
+def test_a_set_override_to_the_cpu_drops_the_gpu(tmp_path):
+    path = compile_pipeline(build_pipeline("experiment", config_from_dict(CFG),
+                                           PipelineOptions(overrides=("train.device=cpu",))), tmp_path / "e.yaml")
+    container, _ = _stage_container(path)
+    assert "accelerator" not in container["resources"]
+
+
+def test_gpus_help_shows_its_default(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    cli.main(["pipeline", "compile", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 1, or 0 with train.device=cpu)" in text
