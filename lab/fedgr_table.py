@@ -3,9 +3,9 @@
 Usage: .venv/bin/python lab/fedgr_table.py OUT_DIR [variant ...]
 Reads OUT_DIR/<preset>/<row>/s<seed>/{metrics.json,history.csv} for the presets fedgr_sym,
 fedgr_mixed, fedgr_sym_cnn, digits_sym and digits_mixed (those present). Columns, mean ± std
-(population) over the seeds found: last-10 and best-round test accuracy and their gap (how far
-the model decays from its peak); r_k Pearson (mean over the rounds
-after FedGR's warm-up, i.e. those that log refine/*, else over every round that estimates)
+(the sample std, fedcore.stats.summary.mean_std) over the seeds found: last-10 and best-round
+test accuracy and their gap (how far the model decays from its peak); r_k Pearson (mean over the
+rounds after FedGR's warm-up, i.e. those that log refine/*, else over every round that estimates)
 and at the last round; r_k MAE and sample F1 at the last round; the last round's share of
 samples in FedGR's pseudo-label tier, share of flagged samples with a confident pseudo-label
 and cache coverage; the global model's memorization of the noisy labels at the last round and
@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from fedcore.stats.summary import mean_std
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script, also when imported by file
 from fmnist_table import diverged  # noqa: E402
@@ -68,7 +70,8 @@ def fmt(vals: list, scale: float = 100.0, digits: int = 1) -> str:
     vals = [v for v in vals if v is not None and np.isfinite(v)]
     if not vals:
         return "-"
-    return f"{np.mean(vals) * scale:.{digits}f} ± {np.std(vals) * scale:.{digits}f}"
+    m, s = mean_std(vals)
+    return f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}"
 
 
 def table(root: Path, preset: str, names: list[str]) -> list[str]:

@@ -111,7 +111,7 @@ for setting in $SETTINGS; do
   "$(dirname "$FEDCORE")/python" - "$OUT/$setting" "$SEEDS" <<'PY'
 import json, sys
 from pathlib import Path
-from fedcore.reporting.compare import mean_std
+from fedcore.stats.summary import mean_std
 root, seeds = Path(sys.argv[1]), sys.argv[2].split()
 keys = [("final/mAP", "mAP"), ("final/val_mAP_best", "val mAP best"), ("final/mAP_last10", "mAP last10"), ("last/test/OmAP", "O-mAP"),
         ("last/test/CF1", "CF1"), ("last/test/OF1", "OF1"),

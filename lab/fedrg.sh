@@ -100,6 +100,7 @@ $PY - "$OUT" <<'PYEOF'
 import csv, json, sys
 from pathlib import Path
 import numpy as np
+from fedcore.stats.summary import mean_std
 out = Path(sys.argv[1])
 SC = ["sym_localized", "sym_globalized", "pair_localized", "pair_globalized"]
 SC = [s for s in SC if (out / s).is_dir()]
@@ -120,7 +121,8 @@ variants = [v for v in ORDER if any((sc, v) in runs for sc in SC)]
 
 def cell(sc, v, key, scale=100.0, fmt="{:.1f} ± {:.1f}"):
     vals = [r[key] * scale for r in runs.get((sc, v), []) if r.get(key) is not None]
-    return fmt.format(np.mean(vals), np.std(vals)) + ("" if len(vals) == 3 else f" (n={len(vals)})") if vals else "-"
+    # mean_std: the library's one "± over seeds" (sample std), so these tables match fedcore's
+    return fmt.format(*mean_std(vals)) + ("" if len(vals) == 3 else f" (n={len(vals)})") if vals else "-"
 
 def table(title, rows):
     print(f"\n{title}\n\n| | " + " | ".join(SC) + " |\n|---|" + "---|" * len(SC))

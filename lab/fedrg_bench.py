@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedcore.stats.summary import mean_std
+
 SCENARIOS = ["sym_localized", "sym_globalized", "pair_localized", "pair_globalized"]
 BASELINES = ["fedavg", "symmetric_ce", "fedprox"]
 FEDRG = ["fedrg", "fedrg-posterior", "fedrg-sce_clean", "fedrg-t_est", "fedrg-combo", "fedrg-post_t",
@@ -82,7 +84,8 @@ def cell(runs: list[dict], key: str, scale: float = 100.0, digits: int = 1) -> s
         return "-"
     if len(vals) == 1:
         return f"{vals[0]:.{digits}f} (n=1)"
-    text = f"{np.mean(vals):.{digits}f} ± {np.std(vals):.{digits}f}"
+    m, s = mean_std(vals)  # the library's "± over seeds": the sample std
+    text = f"{m:.{digits}f} ± {s:.{digits}f}"
     return text if len(vals) == 3 else f"{text} (n={len(vals)})"
 
 

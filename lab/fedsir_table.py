@@ -1,9 +1,10 @@
 """Tables for lab/results/notes/fedsir.md from the run dirs written by lab/fedsir.sh.
 
 Usage: .venv/bin/python lab/fedsir_table.py runs/fedsir
-Accuracy: last-10 test accuracy, mean ± std (population) over seeds 0-2. Identification and
-relabel numbers come from history.csv: client F1 of the one identification round, relabel
-precision/recall at the first and the last relabel event (mean over seeds).
+Accuracy: last-10 test accuracy, mean ± std over seeds 0-2 (the sample std,
+fedcore.stats.summary.mean_std). Identification and relabel numbers come from history.csv:
+client F1 of the one identification round, relabel precision/recall at the first and the last
+relabel event (mean over seeds).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from fedcore.stats.summary import mean_std
 
 ORDER = ["fedavg-noisefree", "fedavg", "fednoro", "fedcorr", "dividemix", "fedsir", "fedsir-no_relabel", "fedsir-no_la",
          "fedsir-no_kd", "fedsir-no_daagg", "fedsir-principal_only", "fedsir-residual_only"]
@@ -35,7 +38,7 @@ def fmt(vals: list, pct: bool = True, std: bool = True) -> str:
     vals = [v for v in vals if v is not None]
     if not vals:
         return "-"
-    m, s = np.mean(vals), np.std(vals)
+    m, s = mean_std(vals)
     scale = 100 if pct else 1
     return f"{m * scale:.1f} ± {s * scale:.1f}" if std else f"{m:.3f}"
 

@@ -7,7 +7,7 @@
 # Usage: lab/figures.sh [RUNS]      (default runs/tuning)
 # Environment: PY (.venv/bin/python), OUT (lab/results/img), FEDGR_RUNS and FEDSIR_RUNS (default
 #   runs/fmnist: the OUT_DIR of `lab/fedgr.sh` and `lab/fedsir.sh fmnist`),
-#   FEDHARMONY_RUNS (default runs/fedharmony: the OUT_DIR of `lab/fedharmony_v3.sh`),
+#   FEDHARMONY_RUNS (default runs/fedharmony: the OUT_DIR of `lab/fedharmony_pick_lam.sh`),
 #   TUNING_BENCH (the bench OUT dirs of the tuning page's summary figure, below).
 # A set whose runs are not all finished is skipped with a note; the others are redrawn.
 set -euo pipefail

@@ -2,10 +2,10 @@
 
 Usage: .venv/bin/python lab/fmnist_table.py runs/fmnist PRESET [PRESET ...]
 One Markdown table per preset, one row per run folder (lab/fmnist_lib.sh), mean ± std
-(population) over the seeds found: last-10 and best-round test accuracy, the best round,
-global memorization at the first and last evaluation, identification F1 and the last relabel
-precision where the method logs them, and whether the row beats FedAvg (its last-10 above
-FedAvg's best round on the same preset). The command behind each row follows the table.
+(the sample std, fedcore.stats.summary.mean_std) over the seeds found: last-10 and best-round
+test accuracy, the best round, global memorization at the first and last evaluation,
+identification F1 and the last relabel precision where the method logs them, and whether the row
+beats FedAvg (its last-10 above FedAvg's best round on the same preset). The command behind each row follows the table.
 A seed whose run stopped with "training diverged" (its <seed>.log beside the run folder, no
 metrics.json) is named in its row's label, so a dropped seed never passes unnoticed.
 """
@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from fedcore.stats.summary import mean_std
 
 # Rows in this order first; anything else found (a method helper's rows) after them, by name.
 ORDER = ["fedavg-clean", "fedavg", "fedprox", "symmetric_ce", "coteaching", "fednoro", "fedcorr", "dividemix",
@@ -41,7 +43,7 @@ def fmt(vals: list, scale: float = 100.0, digits: int = 1) -> str:
     vals = [v for v in vals if v is not None]
     if not vals:
         return "-"
-    m, s = np.mean(vals) * scale, np.std(vals) * scale
+    m, s = (x * scale for x in mean_std(vals))
     return f"{m:.{digits}f}" if len(vals) == 1 else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 

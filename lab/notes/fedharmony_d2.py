@@ -3,7 +3,7 @@
 Usage: .venv/bin/python lab/notes/fedharmony_d2.py DATA_DIR RUN_DIR [RUN_DIR...]
 For each run's global model (model.pt), every client of DATA_DIR scores its own images. ECL's
 gradient against BCE's is then measured on each client's whole local set, in logit space, at
-lam = 1 (`stats.correlation_v3.ecl_diagnostics`). Two teachers are used: the leave-one-out
+lam = 1 (`stats.correlation.ecl_diagnostics`). Two teachers are used: the leave-one-out
 consensus (the phi of the other clients' pooled moments, under the same model) and the oracle,
 the true correlation. Two readings of Psi are used: v2 (per-entry mean, Gamma = 1, no diagonal)
 and v3 (sum, Gamma = |R*|, diagonal). Blocks are the spectral blocks of the teacher. The script
@@ -25,14 +25,17 @@ from fedcore.data.federated import FederatedDataset
 from fedcore.models import build_model
 from fedcore.registries import load_config
 from fedcore.run import make_context
-from fedcore.stats.correlation import block_mask, default_num_blocks, phi_correlation, spectral_blocks
-from fedcore.stats.correlation_v3 import (
+from fedcore.stats.correlation import (
     annotated,
+    block_mask,
     block_norm,
     consensus,
+    default_num_blocks,
     ecl_diagnostics,
     entry_weights,
+    phi_correlation,
     score_moments,
+    spectral_blocks,
 )
 
 READINGS = {"v2": ("one", False, True), "v3": ("abs", True, False)}  # Gamma, diagonal, per-entry mean

@@ -114,9 +114,29 @@ def test_auc_rescores_the_final_model_on_each_clients_samples(bench, bench_root,
     assert all(0.0 <= float(v) <= 1.0 for r in rows.values() for v in r if v != "-")
 
 
-def test_cells_are_mean_and_population_std_over_seeds(bench):
+def test_cells_are_mean_and_sample_std_over_seeds(bench):
     runs = [{"k": 0.5}, {"k": 0.6}, {"k": 0.7}, {"k": None}]
-    assert bench.cell(runs, "k") == "60.0 ± 8.2"
-    assert bench.cell(runs[:2], "k") == "55.0 ± 5.0 (n=2)"
+    assert bench.cell(runs, "k") == "60.0 ± 10.0"  # the population std would print 8.2
+    assert bench.cell(runs[:2], "k") == "55.0 ± 7.1 (n=2)"
     assert bench.cell(runs[:1], "k", digits=0) == "50 (n=1)"
     assert bench.cell(runs[3:], "k") == "-"
+
+
+def test_digits_mode_tables_print_the_sample_std_over_seeds(tmp_path):
+    """fedrg.sh's digits tables (TABLE_ONLY: no runs, only the heredoc that reads them)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from lab.tests.test_result_scripts import ROOT
+
+    for seed, acc in enumerate((0.5, 0.6, 0.7)):
+        run = tmp_path / "sym_localized" / "fedavg" / f"s{seed}"
+        run.mkdir(parents=True)
+        (run / "metrics.json").write_text(json.dumps({"summary": {"final/acc_last10": acc, "final/acc": acc}}))
+        (run / "history.csv").write_text("round,stage\n1,train\n")
+    done = subprocess.run(["bash", "lab/fedrg.sh", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "TABLE_ONLY": "1", "PY": sys.executable}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("| fedavg | 60.0 ± 10.0 |") == 2  # the population std would print 8.2

@@ -3,6 +3,7 @@ fedcore writes (see lab/tests/test_result_scripts.py for the FedGR ones)."""
 
 import csv
 import functools
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -115,7 +116,8 @@ def test_fedsir_table_recomputes_means_over_seeds(fedsir_root, capsys):
     rec = np.array([first_last(r.history, "relabel/recall") for r in runs])
     acc = [r.summary["final/acc_last10"] for r in runs]
     assert len(set(f1)) > 1  # else a broken mean over seeds would go unnoticed
-    assert table["fedsir (3)"][1:5] == [f"{np.mean(acc) * 100:.1f} ± {np.std(acc) * 100:.1f}", f"{np.mean(f1):.3f}",
+    assert table["fedsir (3)"][1:5] == [f"{np.mean(acc) * 100:.1f} ± {statistics.stdev(acc) * 100:.1f}",
+                                        f"{np.mean(f1):.3f}",
                                         "{:.3f} / {:.3f}".format(*prec.mean(0)), "{:.3f} / {:.3f}".format(*rec.mean(0))]
     acc_avg = avg.summary["final/acc_last10"] * 100
     assert table["fedavg (1)"][1:] == [f"{acc_avg:.1f} ± 0.0", "-", "- / -", "- / -", "-", "-"]
@@ -152,6 +154,6 @@ def test_fedsir_table_reports_a_partial_grid(fedsir_root, tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"### fedsir_digits_06: no runs under {tmp_path / 'fedsir_digits_06'}" in out
     acc = [r.summary["final/acc_last10"] for r in runs[:2]]
-    assert f"| fedsir (2) | {np.mean(acc) * 100:.1f} ± {np.std(acc) * 100:.1f} |" in out
+    assert f"| fedsir (2) | {np.mean(acc) * 100:.1f} ± {statistics.stdev(acc) * 100:.1f} |" in out
     events = min(sum("relabel/precision" in h for h in r.history) for r in runs[:2])
     assert events > 0 and len(_rows(out.split("relabel events")[1].splitlines())) == events

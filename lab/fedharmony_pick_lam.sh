@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The v3 bed's table (lab/results/fedharmony.md): lam for the v3 reading chosen on seed 0's validation
 # split (val/mAP, best round; never the test split), then every row on each seed with that lam.
-# Usage: bash lab/fedharmony_v3.sh [OUT_DIR] [SEEDS...]; run it through /work/bin/slot on a shared machine.
+# (Named for what it does, not for the spec version it reads: it was lab/fedharmony_v3.sh.)
+# Usage: bash lab/fedharmony_pick_lam.sh [OUT_DIR] [SEEDS...]; run it through /work/bin/slot on a shared machine.
 set -euo pipefail
 OUT=${1:-runs/fedharmony}
 shift || true
