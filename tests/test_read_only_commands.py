@@ -14,7 +14,7 @@ from fedcore import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "quickstart.yaml")
-RECORD = str(ROOT / "docs" / "results" / "bench" / "quickstart.json")
+RECORD = str(ROOT / "lab" / "records" / "quickstart.json")
 
 
 @pytest.fixture
