@@ -43,13 +43,13 @@ def bench(
 ) -> None:
     """Pick a method for your federation: equal-budget tunes on validation, then default and tuned
     runs on the reporting seeds. Resumable: a rerun does only what is missing. Writes OUT/bench.json."""
+    from fedcore.bench.eta import grid_progress
     from fedcore.bench.grid import load_grid
     from fedcore.bench.plan import data_jobs, grid_todo, plan_grid, scene_left
     from fedcore.bench.results import write_results
     from fedcore.bench.runner import check_data, prepare_data, run_jobs
     from fedcore.bench.stale import refuse_stale
     from fedcore.errors import UserError
-    from fedcore.reporting.progress import grid_progress
 
     if dry_run and so_far:
         raise UserError("--dry-run prints what is left and --so-far writes what is done; ask for one")
@@ -92,9 +92,8 @@ def print_todo(jobs: list, workers: int, out: Path) -> None:
     """--dry-run: a row per (scene, method) with what is done of its tune and runs, then the total."""
     from rich.table import Table
 
-    from fedcore.bench.eta import grid_eta
+    from fedcore.bench.eta import grid_eta, time_left
     from fedcore.bench.plan import grid_todo
-    from fedcore.reporting.progress import time_left
 
     table = Table("scene", "method", "tune trials", "default runs", "tuned runs", title=f"fedcore bench {out}")
     for r in grid_todo(jobs):

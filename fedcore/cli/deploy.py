@@ -80,8 +80,9 @@ def check_cmd(
 
 
 def workload_problems(objects: list[dict] | None = None) -> list[str]:
-    """Problems of what fedcore creates at run time (fedcore.deploy.stack.workloads)."""
-    from fedcore.deploy.stack import trainjob_problems, workloads
+    """Problems of what fedcore creates at run time (fedcore.tuning.katib.workloads)."""
+    from fedcore.pipeline.trainjob import trainjob_problems
+    from fedcore.tuning.katib import workloads
 
     trainjob, *katib = objects or workloads(str(k8s.k8s_root().parent / "configs" / "quickstart.yaml"))
     return trainjob_problems(trainjob) + katib_problems(katib)

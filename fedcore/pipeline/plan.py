@@ -18,11 +18,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedcore import safe_yaml
-from fedcore.bench.grid import VARIANTS
-from fedcore.bench.sweepfile import SweepScene
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError
+from fedcore.methods.registry import VARIANTS
 from fedcore.registries import config_from_dict
+
+
+class SweepScene(BaseModel):
+    """The grid scene a bench's sweep file was tuned and chosen on."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="the grid's scene name")
+    config: str = Field("", description="the scene's base config, as the bench found it")
+    set: list[str] = Field(default_factory=list, description="every method's overrides: the scene's set, the "
+                           "bench's --set, the validation split")
+    seed_keys: list[str] = Field(default_factory=list, description="keys set to the run's seed as well")
+    federation: dict[str, Any] = Field(default_factory=dict, description="data/partition/noise keys (dotted) "
+                                       "that `set` gave on `config`, less bench.sweepfile.NOT_FEDERATION and seed_keys")
 
 
 class SweepSpec(BaseModel):
@@ -139,7 +151,7 @@ def shared_data(cfg: ExperimentConfig) -> ExperimentConfig:
 
 def method_overrides(base: ExperimentConfig, method: str) -> list[str]:
     """The switch from base's method to `method`, a registered method or a built-in variant (fedgr-robust:
-    fedgr with its fixed params, `fedcore.bench.grid.VARIANTS`)."""
+    fedgr with its fixed params, `fedcore.methods.registry.VARIANTS`)."""
     variant = VARIANTS.get(method)
     if variant is not None:
         return [*method_overrides(base, variant.method), *variant.set]
