@@ -33,6 +33,7 @@ import numpy as np
 
 from fedcore.config import DataConfig
 from fedcore.data.datasets import RawDataset, register_dataset, stratified_split
+from fedcore.data.vision import channel_stats
 from fedcore.errors import ConfigError
 
 NUM_DIGITS, TILES, TILE = 10, 4, 8
@@ -159,9 +160,8 @@ def phi_from_moments(p: np.ndarray, joint: np.ndarray) -> np.ndarray:
 @register_dataset("digits_mosaic", params=DEFAULTS, reads_root=False)
 def load_digits_mosaic(cfg: DataConfig) -> RawDataset:
     """Multi-label 16x16 digit mosaics, one co-occurrence pattern per group (see module doc)."""
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # lazy: scikit-learn adds ~2 s to start-up
 
-    from fedcore.data.vision import channel_stats
 
     unknown = set(cfg.params) - set(DEFAULTS)
     if unknown:

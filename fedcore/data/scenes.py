@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedcore.config import DataConfig
-from fedcore.data.datasets import RawDataset, register_dataset, stratified_split
+from fedcore.data.datasets import RawDataset, load_dataset, register_dataset, stratified_split
+from fedcore.data.vision import channel_stats
 from fedcore.errors import ConfigError
 
 NUM_LABELS = 10
@@ -159,7 +160,7 @@ def shrink(x: np.ndarray, px: int) -> np.ndarray:
 def tile_pools(cfg: DataConfig, p: dict) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
     """[train pool, test pool] of uint8 tile images (M, t, t) with their classes (never shared), and class names."""
     if p["tiles"] == "digits":
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # lazy: scikit-learn adds ~2 s to start-up
 
         bunch = load_digits()
         x = np.clip(np.rint(bunch.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
@@ -167,8 +168,6 @@ def tile_pools(cfg: DataConfig, p: dict) -> tuple[list[tuple[np.ndarray, np.ndar
         tr, te = stratified_split(y, cfg.test_fraction, seed=int(p["seed"]))
         pools, names = [(x[tr], y[tr]), (x[te], y[te])], [str(d) for d in range(NUM_LABELS)]
     elif p["tiles"] == "fashion_mnist":
-        from fedcore.data.datasets import load_dataset
-
         # The one Fashion-MNIST loader, reading data.root (its official files).
         src = load_dataset(DataConfig(name="fashion_mnist", root=cfg.root, cache_dir=cfg.cache_dir))
         pools, names = [(src.x_train[:, 0], src.y_train), (src.x_test[:, 0], src.y_test)], src.class_names
@@ -195,7 +194,6 @@ def file_tiles(defaults: dict) -> Callable[[DataConfig], bool]:
 @register_dataset("scenes_mosaic", reads_root=file_tiles(DEFAULTS))
 def load_scenes_mosaic(cfg: DataConfig) -> RawDataset:
     """Multi-label mosaics of shared scene blocks, mixed per client by Dir(alpha) (see module doc)."""
-    from fedcore.data.vision import channel_stats
 
     unknown = set(cfg.params) - set(DEFAULTS)
     if unknown:

@@ -35,6 +35,7 @@ import numpy as np
 from fedcore.config import DataConfig
 from fedcore.data.datasets import RawDataset, register_dataset
 from fedcore.data.scenes import _phi, file_tiles, place, render, tile_pools
+from fedcore.data.vision import channel_stats
 from fedcore.errors import ConfigError
 
 NUM_LABELS = 10
@@ -143,7 +144,6 @@ def visible(y: np.ndarray, occlude_p: float, tiles: int, rng: np.random.Generato
 @register_dataset("scenes_v3", reads_root=file_tiles(DEFAULTS))
 def load_scenes_v3(cfg: DataConfig) -> RawDataset:
     """Mosaics whose clients share label marginals and differ in co-occurrence (see module doc)."""
-    from fedcore.data.vision import channel_stats
 
     unknown = set(cfg.params) - set(DEFAULTS)
     if unknown:
