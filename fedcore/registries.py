@@ -84,7 +84,6 @@ def check_data_root(cfg: ExperimentConfig) -> ExperimentConfig:
     `validate`: a pipeline task's config may carry a root its dataset reads only with the snapshot
     (check_snapshot_root refuses the others).
     """
-
     if cfg.data.root and not reads_root(cfg.data):
         raise ConfigError(f"data.root '{cfg.data.root}' is set, but dataset '{cfg.data.name}' is bundled (built "
                           f"from scikit-learn's digits) and reads no files; drop data.root, or choose a dataset "
@@ -95,7 +94,6 @@ def check_data_root(cfg: ExperimentConfig) -> ExperimentConfig:
 def check_snapshot_root(cfg: ExperimentConfig, prefix: str) -> None:
     """Refuse a retrain's data prefix for a dataset that reads no files: each snapshot would become a
     data.root it ignores, and 'retrain on the newest data' would train on the bundled data again."""
-
     if prefix and not reads_root(cfg.data.model_copy(update={"root": prefix})):
         raise ConfigError(f"data prefix '{prefix}': dataset '{cfg.data.name}' is bundled and reads no files, so "
                           f"its snapshots would be ignored; retrain without a data prefix, or on a dataset read "

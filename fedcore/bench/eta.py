@@ -26,6 +26,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from fedcore.bench.plan import is_done
+from fedcore.io import atomic_write_bytes
+
 
 class TimeLeft:
     """costs: job -> progress units still to do (a finished job counts 0); workers: jobs at once."""
@@ -63,8 +66,6 @@ def time_file(out: Path) -> Path:
 
 
 def save_time(out: Path, seconds: float, units: float) -> None:
-    from fedcore.io import atomic_write_bytes
-
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(time_file(out), json.dumps({"seconds": round(seconds, 1), "units": units}).encode())
 
@@ -82,8 +83,6 @@ def load_time(out: Path) -> tuple[float, float] | None:
 def grid_eta(jobs: Sequence[Any], workers: int = 1) -> tuple[dict[Any, float], TimeLeft]:
     """(progress units each job still needs, a TimeLeft already paced on the finished jobs' saved times)
     for a grid's jobs (`fedcore.bench.plan.Job`)."""
-    from fedcore.bench.plan import is_done
-
     costs = {j: 0 if is_done(j) else j.cost for j in jobs}
     eta = TimeLeft(costs, {j: j.row for j in jobs}, workers)
     for j in jobs:

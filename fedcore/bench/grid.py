@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedcore import safe_yaml
 from fedcore.errors import ConfigError
-from fedcore.methods.registry import VARIANTS, Variant
+from fedcore.methods.registry import VARIANTS, Variant, available_methods
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a folder name under --out
 DATA_KEYS = ("data", "partition", "noise", "seed")
@@ -114,8 +114,6 @@ def resolve_config(config: str, grid_dir: Path, scene: str) -> Path:
 
 def check_grid(grid: Grid, shared: Sequence[str] = ()) -> None:
     """Refuse what would make the comparison unfair or unreadable, each in one line."""
-    from fedcore.methods.registry import available_methods
-
     known = set(available_methods())
     for name in [*grid.scenes, *grid.methods, *grid.variants]:
         if not NAME.match(name):

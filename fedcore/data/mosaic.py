@@ -162,7 +162,6 @@ def load_digits_mosaic(cfg: DataConfig) -> RawDataset:
     """Multi-label 16x16 digit mosaics, one co-occurrence pattern per group (see module doc)."""
     from sklearn.datasets import load_digits  # lazy: scikit-learn adds ~2 s to start-up
 
-
     unknown = set(cfg.params) - set(DEFAULTS)
     if unknown:
         raise ConfigError(f"digits_mosaic: unknown data.params {sorted(unknown)}; valid: {sorted(DEFAULTS)}")

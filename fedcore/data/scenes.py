@@ -194,7 +194,6 @@ def file_tiles(defaults: dict) -> Callable[[DataConfig], bool]:
 @register_dataset("scenes_mosaic", reads_root=file_tiles(DEFAULTS))
 def load_scenes_mosaic(cfg: DataConfig) -> RawDataset:
     """Multi-label mosaics of shared scene blocks, mixed per client by Dir(alpha) (see module doc)."""
-
     unknown = set(cfg.params) - set(DEFAULTS)
     if unknown:
         raise ConfigError(f"scenes_mosaic: unknown data.params {sorted(unknown)}; valid: {sorted(DEFAULTS)}")

@@ -144,7 +144,6 @@ def visible(y: np.ndarray, occlude_p: float, tiles: int, rng: np.random.Generato
 @register_dataset("scenes_v3", reads_root=file_tiles(DEFAULTS))
 def load_scenes_v3(cfg: DataConfig) -> RawDataset:
     """Mosaics whose clients share label marginals and differ in co-occurrence (see module doc)."""
-
     unknown = set(cfg.params) - set(DEFAULTS)
     if unknown:
         raise ConfigError(f"scenes_v3: unknown data.params {sorted(unknown)}; valid: {sorted(DEFAULTS)}")

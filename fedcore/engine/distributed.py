@@ -238,7 +238,6 @@ def from_main(info: DistInfo | None, fn: Callable[[], R]) -> R:
 
 def _portable(err: Exception | None) -> Exception | None:
     """The error itself when it survives pickling; a RuntimeError with its text otherwise."""
-
     if err is None:
         return None
     try:

@@ -60,7 +60,6 @@ class ClientSampler:
 
 def client_rngs(seed: int, rnd: int, cid: int) -> tuple[np.random.Generator, torch.Generator]:
     """The numpy and torch generators of client `cid` in round `rnd`."""
-
     rng = np.random.default_rng([seed, rnd, cid])
     gen = torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
     return rng, gen

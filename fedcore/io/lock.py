@@ -59,7 +59,6 @@ def _make_dir(folder: Path) -> bool:
 
 def _try_lock(folder: Path) -> int | None:
     """An fd holding the lock on folder's lock file; None where the filesystem has no locks."""
-
     path = folder / LOCK_NAME
     while True:
         try:

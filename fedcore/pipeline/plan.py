@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fedcore import safe_yaml
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError
-from fedcore.methods.registry import VARIANTS
+from fedcore.methods.registry import VARIANTS, build_method
 from fedcore.registries import config_from_dict
+from fedcore.tracking.base import noise_label, run_name_for
 
 
 class SweepScene(BaseModel):
@@ -139,8 +140,6 @@ def stage_names(cfg: ExperimentConfig) -> tuple[str, ...]:
 
 def stage_shape(cfg: ExperimentConfig) -> StageShape:
     """The method's stages as the task graph needs them: name and what each yields."""
-    from fedcore.methods.registry import build_method
-
     return tuple((s.name, tuple(sorted(s.yields))) for s in build_method(cfg).stages)
 
 
@@ -167,8 +166,6 @@ def method_switch(base_method: str, method: str) -> list[str]:
 
 def sweep_axes(base: ExperimentConfig, spec: SweepSpec) -> tuple[list[str], list[int], dict[str, list[str]]]:
     """(methods, seeds, settings) of a sweep; empty parts of the spec take the config's own."""
-    from fedcore.tracking.base import noise_label
-
     return (spec.methods or [base.method.name], spec.seeds or [base.seed],
             {k: list(v) for k, v in spec.settings.items()} or {noise_label(base): []})
 
@@ -182,8 +179,6 @@ def run_overrides(base: ExperimentConfig, setting: list[str] | tuple[str, ...], 
 
 def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
     """Settings x methods x seeds, each run's config validated; stages per method."""
-    from fedcore.tracking.base import run_name_for
-
     methods, seeds, settings = sweep_axes(base, spec)
     only = _check_setting_methods(spec.setting_methods, methods, settings)
     own = _check_method_overrides(spec.method_overrides, methods)

@@ -119,7 +119,7 @@ def validate_trainjob(obj: Mapping[str, Any]) -> list[str]:
 
     The CRD's CEL rules (x-kubernetes-validations) need an API server and are not checked.
     """
-    import jsonschema  # lazy: not a declared dependency (kfp brings it); only the offline checks need it
+    import jsonschema  # lazy: not a declared dependency; offline checks only
 
     problems = []
     if obj.get("apiVersion") != API_VERSION or obj.get("kind") != "TrainJob":

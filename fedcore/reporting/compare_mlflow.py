@@ -15,6 +15,10 @@ from typing import Any
 from rich.console import Console
 
 from fedcore.errors import TrackingError, UserError
+from fedcore.reporting.compare import budget_notes, comparison_table, group_records, mean_std, merge_notes
+from fedcore.reporting.plots import compare_figure, save
+from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, quiet_store_setup, resolve_uri
+from fedcore.tracking.transport import temp_env
 
 PLOT_METRIC = "final/acc_last10"
 MULTI_PLOT_METRIC = "final/mAP_last10"
@@ -39,10 +43,7 @@ def _slug(name: str) -> str:
 
 def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]]:
     """One record per finished child run: method, setting, seed, run id and its final metrics."""
-    import mlflow
-
-    from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, quiet_store_setup, resolve_uri
-    from fedcore.tracking.transport import temp_env
+    import mlflow  # lazy: MLflow takes seconds; for an MLflow read only
 
     tracking_uri, _ = resolve_uri(uri, Path.cwd())
     with temp_env(CONNECT_ENV), quiet_store_setup():
@@ -54,7 +55,9 @@ def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]
         if exp is None:
             raise UserError(f"no MLflow experiment '{experiment}' at {tracking_uri}; "
                             "check the name (tracking.experiment) or MLFLOW_TRACKING_URI")
-        from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+        from mlflow.tracking._tracking_service.utils import (
+            _use_tracking_uri,  # lazy: MLflow takes seconds; for an MLflow read only
+        )
 
         # Scoped: a process-wide set_tracking_uri would redirect later fluent calls (pyfunc.load_model).
         with _use_tracking_uri(tracking_uri):
@@ -86,9 +89,6 @@ def _record(row: Any) -> dict[str, Any] | None:
 def compare_experiment(experiment: str, console: Console, uri: str | None = None,
                        out_dir: str | Path = "runs") -> Path:
     """Print the table of `experiment` and write its bar chart into `out_dir`; returns the PNG path."""
-    from fedcore.reporting.compare import budget_notes, comparison_table, group_records, mean_std, merge_notes
-    from fedcore.reporting.plots import compare_figure, save
-
     records = load_records(experiment, uri)
     if not records:
         raise UserError(f"MLflow experiment '{experiment}' has no finished fedcore runs yet")

@@ -123,7 +123,7 @@ def experiment_schema() -> dict[str, Any]:
 
 def validate_experiment(obj: dict[str, Any]) -> list[str]:
     """Problems of an Experiment against the vendored schema, strict (unknown fields refused)."""
-    import jsonschema  # lazy: not a declared dependency (kfp brings it); only the offline checks need it
+    import jsonschema  # lazy: not a declared dependency; offline checks only
 
     problems = []
     if obj.get("apiVersion") != API_VERSION or obj.get("kind") != "Experiment":
