@@ -39,7 +39,7 @@ ENGINE_EXTERNAL = {"numpy", "torch"}
 # run's figures with reporting (its move is in the tracking rewrite), and the methods and tracking
 # packages are being rewritten with their function-level imports. Drop each entry once merged.
 PENDING_UPWARD = {f"fedcore.tracking.callback -> fedcore.reporting{m}" for m in ("", ".plots", ".report")}
-PENDING_LAZY = ("fedcore.methods", "fedcore.tracking", "fedcore.cli")
+PENDING_LAZY = ("fedcore.methods", "fedcore.tracking")
 
 
 def _under(name: str, prefixes: tuple[str, ...]) -> bool:

@@ -5,12 +5,15 @@ and tuned settings on the reporting seeds, and pick a method per scene on valida
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from fedcore.cli.console import local_folder, make_console, set_option
+from fedcore.errors import UserError
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -43,13 +46,12 @@ def bench(
 ) -> None:
     """Pick a method for your federation: equal-budget tunes on validation, then default and tuned
     runs on the reporting seeds. Resumable: a rerun does only what is missing. Writes OUT/bench.json."""
-    from fedcore.bench.eta import grid_progress
-    from fedcore.bench.grid import load_grid
-    from fedcore.bench.plan import data_jobs, grid_todo, plan_grid, scene_left
-    from fedcore.bench.results import write_results
-    from fedcore.bench.runner import check_data, prepare_data, run_jobs
-    from fedcore.bench.stale import refuse_stale
-    from fedcore.errors import UserError
+    from fedcore.bench.eta import grid_progress  # lazy: CLI start-up
+    from fedcore.bench.grid import load_grid  # lazy: CLI start-up
+    from fedcore.bench.plan import data_jobs, grid_todo, plan_grid, scene_left  # lazy: CLI start-up
+    from fedcore.bench.results import write_results  # lazy: CLI start-up
+    from fedcore.bench.runner import check_data, prepare_data, run_jobs  # lazy: CLI start-up
+    from fedcore.bench.stale import refuse_stale  # lazy: CLI start-up
 
     if dry_run and so_far:
         raise UserError("--dry-run prints what is left and --so-far writes what is done; ask for one")
@@ -90,10 +92,8 @@ def bench(
 
 def print_todo(jobs: list, workers: int, out: Path) -> None:
     """--dry-run: a row per (scene, method) with what is done of its tune and runs, then the total."""
-    from rich.table import Table
-
-    from fedcore.bench.eta import grid_eta, time_left
-    from fedcore.bench.plan import grid_todo
+    from fedcore.bench.eta import grid_eta, time_left  # lazy: CLI start-up
+    from fedcore.bench.plan import grid_todo  # lazy: CLI start-up
 
     table = Table("scene", "method", "tune trials", "default runs", "tuned runs", title=f"fedcore bench {out}")
     for r in grid_todo(jobs):
@@ -117,7 +117,7 @@ def say(line: str) -> None:
 
 def choice_line(name: str, scene: dict) -> str:
     """'quickstart: fedsir at its tuned setting (val acc last-10 0.912), runner-up fednoro (default) by 0.004'."""
-    from fedcore.bench.choice import among_of, label
+    from fedcore.bench.choice import among_of, label  # lazy: CLI start-up
 
     if scene.get("still_to_run"):
         name += " (so far)"
@@ -136,8 +136,6 @@ def choice_line(name: str, scene: dict) -> str:
 
 
 def int_list(text: str | None, option: str) -> list[int] | None:
-    from fedcore.errors import UserError
-
     if text is None:
         return None
     try:
@@ -165,13 +163,18 @@ def bench_table(
     """Print the tables of docs/results/tuning.md from bench results: per scene, default and tuned
     rows with the verdicts against FedAvg (the table OUT/SCENE/table.md holds too), or --summary, or
     --per-seed."""
-    from fedcore.bench.tables import load_scenes, scene_table, scene_tables, seed_table, summary_table
-    from fedcore.errors import UserError
+    from fedcore.bench.tables import (  # lazy: CLI start-up
+        load_scenes,
+        scene_table,
+        scene_tables,
+        seed_table,
+        summary_table,
+    )
 
     chosen = scene_tables(load_scenes(results), str_list(scenes) or [])
     if figure is not None:
-        from fedcore.bench.tables import figure_data
-        from fedcore.reporting.plots import paired_bars_figure, save
+        from fedcore.bench.tables import figure_data  # lazy: CLI start-up
+        from fedcore.reporting.plots import paired_bars_figure, save  # lazy: CLI start-up
 
         panels, refs, metric = figure_data(chosen)
         save(paired_bars_figure(panels, refs, xlabel=f"last-10 test {metric} (%)"), figure)
@@ -196,10 +199,8 @@ def bench_record(
     """Join the finished scenes of a grid run in parts (`fedcore bench GRID --scenes ...`) into one
     bench.json with paths relative to a bench dir; `fedcore bench-table FILE` reads it. Refuses parts of
     different grids, a scene given twice and a scene with work left."""
-    import json
-
-    from fedcore.bench.record import join_records
-    from fedcore.io import atomic_write_bytes
+    from fedcore.bench.record import join_records  # lazy: CLI start-up
+    from fedcore.io import atomic_write_bytes  # lazy: CLI start-up
 
     record, origin = join_records(results, str_list(scenes))
     out = local_folder(out)

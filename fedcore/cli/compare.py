@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from fedcore.cli.console import local_folder, make_console
+from fedcore.errors import UserError
 
 console = make_console()
 
@@ -22,13 +23,12 @@ def compare(
                                              "compare-<experiment>.png (default: runs/)")] = None,
 ) -> None:
     """Table of final metrics across runs (mean ± std over the seeds of one config)."""
-    from fedcore.errors import UserError
-    from fedcore.reporting.compare import budget_notes, comparison_table, load_run, merge_notes
-    from fedcore.reporting.rundirs import expand_run_dirs
+    from fedcore.reporting.compare import budget_notes, comparison_table, load_run, merge_notes  # lazy: CLI start-up
+    from fedcore.reporting.rundirs import expand_run_dirs  # lazy: CLI start-up
 
     out = local_folder(out)
     if experiment:
-        from fedcore.reporting.compare_mlflow import compare_experiment
+        from fedcore.reporting.compare_mlflow import compare_experiment  # lazy: CLI start-up
 
         compare_experiment(experiment, console, out_dir=out or Path("runs"))
         return

@@ -43,11 +43,11 @@ def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str
                         tuned: bool = True):
     """(config, sweep pipeline): methods on the config's noise, FedAvg on clean labels, one seed;
     tuned: each method at its tuned setting, else all at the config's shared one."""
-    from fedcore.methods.registry import available_methods
-    from fedcore.pipeline.plan import SweepSpec, load_sweep_spec
-    from fedcore.pipeline.resources import PipelineResources
-    from fedcore.tracking.base import noise_label
-    from pipelines import PipelineOptions, build_pipeline
+    from fedcore.methods.registry import available_methods  # lazy: CLI start-up
+    from fedcore.pipeline.plan import SweepSpec, load_sweep_spec  # lazy: CLI start-up
+    from fedcore.pipeline.resources import PipelineResources  # lazy: CLI start-up
+    from fedcore.tracking.base import noise_label  # lazy: CLI start-up
+    from pipelines import PipelineOptions, build_pipeline  # lazy: CLI start-up
 
     overrides = [*QUICKSTART_OVERRIDES, *(TUNED_OVERRIDES if tuned else [])]
     overrides += [f"train.rounds={rounds}"] if rounds else []
@@ -65,7 +65,7 @@ def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str
 
 def run_quickstart(out: Path, console: Console, rounds: int | None = None,
                    methods: tuple[str, ...] = QUICKSTART_METHODS, tuned: bool = True) -> object:
-    from pipelines.runner import run_local
+    from pipelines.runner import run_local  # lazy: CLI start-up
 
     cfg, pipeline = quickstart_pipeline(out, rounds, methods, tuned)
     setting = (f"each method at its tuned setting\n  tuned values: configs/{TUNED_SWEEP} (--untuned: the config's)"
@@ -86,7 +86,7 @@ def run_quickstart(out: Path, console: Console, rounds: int | None = None,
 
 def write_run_report(run_dir: Path | None, out: Path) -> Path | None:
     """`fedcore report` over the runs of a finished local pipeline (their checkpoint artifacts)."""
-    from fedcore.reporting.report import write_report
+    from fedcore.reporting.report import write_report  # lazy: CLI start-up
 
     runs = sorted(p.parent for p in run_dir.glob("**/checkpoint/metrics.json")) if run_dir else []
     return write_report(runs, out) if runs else None
