@@ -17,7 +17,10 @@ from typing import Any
 
 from fedcore.config import ExperimentConfig
 from fedcore.config_parse import parse_config, parse_config_dict
+from fedcore.data.datasets import available_datasets, dataset_params, reads_root
 from fedcore.errors import ConfigError
+from fedcore.methods.registry import available_methods, build_method, validate_method_config
+from fedcore.models import available_models
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -25,12 +28,6 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     method.params the method's params model rejects, data.params the dataset does not read, or
     a train.stage_rounds key that is not a stage of the method (ConfigError naming the choices);
     returns `cfg`."""
-    # Imported on first use: the registries pull in torch, and `import fedcore.registries`
-    # (pipeline definitions, `fedcore --help`) should not.
-    from fedcore.data.datasets import available_datasets, dataset_params
-    from fedcore.methods.registry import validate_method_config
-    from fedcore.models import available_models
-
     validate_method_config(cfg)
     for key, name, known in (("data.name", cfg.data.name, available_datasets()),
                              ("model.name", cfg.model.name, available_models())):
@@ -48,7 +45,6 @@ def _check_stage_rounds(cfg: ExperimentConfig) -> None:
     """Every train.stage_rounds key must name a stage of the method."""
     if not cfg.train.stage_rounds:
         return
-    from fedcore.methods.registry import build_method
 
     # Some stages exist only with a budget (DivideMix's warmup, FedCorr's finetune): ask with
     # every named stage given one round, so that naming such a stage with 0 rounds stays valid.
@@ -66,8 +62,6 @@ def _check_stage_rounds(cfg: ExperimentConfig) -> None:
 
 
 def _stage_names_of_every_method(cfg: ExperimentConfig) -> set[str]:
-    from fedcore.methods.registry import available_methods, build_method
-
     out: set[str] = set()
     for name in available_methods():
         other = cfg.model_copy(update={"method": cfg.method.model_copy(update={"name": name, "params": {}})})
@@ -79,8 +73,6 @@ def _stage_names_of_every_method(cfg: ExperimentConfig) -> set[str]:
 
 
 def _file_datasets(cfg: ExperimentConfig) -> str:
-    from fedcore.data.datasets import available_datasets, reads_root
-
     return ", ".join(n for n in available_datasets() if reads_root(cfg.data.model_copy(update={"name": n})))
 
 
@@ -92,8 +84,6 @@ def check_data_root(cfg: ExperimentConfig) -> ExperimentConfig:
     `validate`: a pipeline task's config may carry a root its dataset reads only with the snapshot
     (check_snapshot_root refuses the others).
     """
-    from fedcore.data.datasets import reads_root
-
     if cfg.data.root and not reads_root(cfg.data):
         raise ConfigError(f"data.root '{cfg.data.root}' is set, but dataset '{cfg.data.name}' is bundled (built "
                           f"from scikit-learn's digits) and reads no files; drop data.root, or choose a dataset "
@@ -104,8 +94,6 @@ def check_data_root(cfg: ExperimentConfig) -> ExperimentConfig:
 def check_snapshot_root(cfg: ExperimentConfig, prefix: str) -> None:
     """Refuse a retrain's data prefix for a dataset that reads no files: each snapshot would become a
     data.root it ignores, and 'retrain on the newest data' would train on the bundled data again."""
-    from fedcore.data.datasets import reads_root
-
     if prefix and not reads_root(cfg.data.model_copy(update={"root": prefix})):
         raise ConfigError(f"data prefix '{prefix}': dataset '{cfg.data.name}' is bundled and reads no files, so "
                           f"its snapshots would be ignored; retrain without a data prefix, or on a dataset read "

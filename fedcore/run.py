@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
-from fedcore.data.federated import FederatedDataset
+from fedcore.data.federated import FederatedDataset, scene_report
 from fedcore.engine.batched import make_executor
 from fedcore.engine.beliefs import BeliefLog
 from fedcore.engine.callbacks import Callback
@@ -112,7 +113,6 @@ def cpu_threads(n: int | None) -> Iterator[None]:
     if not n:
         yield
         return
-    from threadpoolctl import threadpool_limits
 
     before = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -239,7 +239,6 @@ def write_outputs(out: Path, cfg: ExperimentConfig, fed: FederatedDataset, metho
     atomic_write_bytes(out / "config.yaml", cfg.to_yaml().encode())
     if "confusion" in evaluator.last:
         atomic_write_bytes(out / "confusion.json", json.dumps(evaluator.last["confusion"].tolist()).encode())
-    from fedcore.data.federated import scene_report
 
     atomic_write_bytes(out / "scene.json", json.dumps(scene_report(fed), indent=2).encode())
     if extras:

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Report import cycles among the modules of fedcore (or other packages), read statically.
+"""Report import cycles among the modules of fedcore (or other packages), read statically; with
+--order, imports that run up the package order too; with --lazy, imports inside functions that
+give no reason.
 
-Usage: python scripts/import_cycles.py [--runtime-only] [--edges] [PACKAGE_DIR ...]
-(default PACKAGE_DIR: fedcore). Exit status 1 when a cycle exists, 0 when there is none.
+Usage: python scripts/import_cycles.py [--runtime-only] [--edges] [--order [--order-doc DOC]] [--lazy]
+                                       [PACKAGE_DIR ...]
+(default PACKAGE_DIR: fedcore). Exit status 1 when a cycle, an upward import or an unexplained
+function-level import is found, 0 when there is none.
 
 How imports are read (with `ast`, nothing is imported):
 - every `import` and `from ... import` in a module counts, at module level or inside a
@@ -22,6 +26,18 @@ Imports made by name at run time (`importlib.import_module("fedcore.methods." + 
 plugin discovery of the method and dataset registries) are not statements, so they are not
 seen. A cycle is a strongly connected component of more than one module; each is printed with
 one shortest loop through it, e.g. `a -> b -> a`.
+
+The package order (--order) is the fenced block under "## Package order" in docs/dev/layout.md,
+one entry a line, top first, the first word of each line a dotted prefix (`fedcore.cli`,
+`pipelines`, `fedcore.errors`, `fedcore` for the root package's own `__init__`). A module belongs to
+the longest entry it starts with; a root that has entries of its own below it (`fedcore`) matches
+only itself. Each edge must point strictly down the list, or stay inside one entry; a module of an
+ordered root that no entry holds is reported too, so a new package must be placed.
+
+--lazy: an import inside a function (or lambda) body must carry `# lazy: <reason>` on one of its
+lines. Imports belong at the top of the module, where a reader sees what it depends on; a
+function-level one is for start-up time (the CLI) or an optional or heavy library only one path
+needs, and says which.
 """
 
 from __future__ import annotations
@@ -31,6 +47,9 @@ import ast
 import sys
 from collections import deque
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "dev" / "layout.md"
 
 
 def module_names(pkg_dir: Path) -> dict[str, Path]:
@@ -111,6 +130,78 @@ def build_graph(pkg_dirs: list[Path], runtime_only: bool = False) -> dict[str, s
     return graph
 
 
+def read_order(doc: Path) -> list[str]:
+    """The entries of the package order: the first word of each line of the first fenced block
+    after the line "## Package order" of `doc` (docs/dev/layout.md), top first."""
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    try:
+        start = lines.index("## Package order")
+        fence = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("```"))
+        end = next(i for i in range(fence + 1, len(lines)) if lines[i].startswith("```"))
+    except (ValueError, StopIteration):
+        raise SystemExit(f"{doc}: no fenced block under '## Package order'") from None
+    order = [line.split()[0] for line in lines[fence + 1:end] if line.strip()]
+    if len(set(order)) != len(order):
+        raise SystemExit(f"{doc}: an entry of the package order appears twice")
+    return order
+
+
+def entry_of(module: str, order: list[str]) -> str | None:
+    """The order's entry holding `module` (see the module docstring); None when none does."""
+    best = None
+    for e in order:
+        subdivided = any(o.startswith(e + ".") for o in order)
+        if module == e or (not subdivided and module.startswith(e + ".")):
+            best = e if best is None or len(e) > len(best) else best
+    return best
+
+
+def upward(graph: dict[str, set[str]], order: list[str]) -> list[str]:
+    """'importer -> imported (why)' for every edge that does not point down the order, and every
+    module of an ordered root that no entry holds."""
+    rank = {e: i for i, e in enumerate(order)}
+    roots = {e.split(".")[0] for e in order}
+    found = [f"{m}: not in the package order" for m in sorted(graph)
+             if m.split(".")[0] in roots and entry_of(m, order) is None]
+    for name in sorted(graph):
+        a = entry_of(name, order)
+        for dep in sorted(graph[name]):
+            b = entry_of(dep, order)
+            if a is not None and b is not None and a != b and rank[a] > rank[b]:
+                found.append(f"{name} -> {dep} ({a} sits below {b})")
+    return found
+
+
+def _function_imports(tree: ast.AST) -> list[ast.stmt]:
+    found: list[ast.stmt] = []
+
+    def visit(node: ast.AST, inside: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if inside and isinstance(child, ast.Import | ast.ImportFrom):
+                found.append(child)
+            visit(child, inside or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+
+    visit(tree, False)
+    return found
+
+
+LAZY = "# lazy:"
+
+
+def lazy_without_reason(pkg_dirs: list[Path]) -> list[str]:
+    """'module:line: statement' for every import inside a function without `# lazy: <reason>`."""
+    found = []
+    for d in pkg_dirs:
+        for name, path in module_names(d).items():
+            text = path.read_text(encoding="utf-8")
+            lines = text.splitlines()
+            for node in _function_imports(ast.parse(text, filename=str(path))):
+                own = lines[node.lineno - 1:node.end_lineno]
+                if not any(LAZY in line and line.split(LAZY, 1)[1].strip() for line in own):
+                    found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's algorithm, iterative; only components of more than one module."""
     index: dict[str, int] = {}
@@ -180,8 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("packages", nargs="*", type=Path, help="package folders (default: fedcore)")
     ap.add_argument("--runtime-only", action="store_true", help="ignore imports under `if TYPE_CHECKING:`")
     ap.add_argument("--edges", action="store_true", help="also print every edge found")
+    ap.add_argument("--order", action="store_true", help="also report imports that run up the package order")
+    ap.add_argument("--order-doc", type=Path, default=DOC, metavar="DOC",
+                    help=f"where the order is written (default {DOC.relative_to(REPO)})")
+    ap.add_argument("--lazy", action="store_true", help="also report function-level imports without '# lazy: why'")
     args = ap.parse_args(argv)
-    pkgs = args.packages or [Path(__file__).resolve().parents[1] / "fedcore"]
+    pkgs = args.packages or [REPO / "fedcore"]
     for p in pkgs:
         if not (p / "__init__.py").is_file():
             ap.error(f"'{p}' is not a package folder (no __init__.py)")
@@ -196,7 +291,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cycle among {len(comp)} modules: {' -> '.join(shortest_loop(graph, comp))}")
         print(f"  members: {', '.join(comp)}")
     print(f"{len(graph)} modules, {edges} import edges, {len(comps)} cycle(s)")
-    return 1 if comps else 0
+    bad = len(comps)
+    if args.order:
+        up = upward(graph, read_order(args.order_doc))
+        for u in up:
+            print(f"upward: {u}")
+        print(f"{len(up)} upward import(s)")
+        bad += len(up)
+    if args.lazy:
+        lazy = lazy_without_reason(pkgs)
+        for u in lazy:
+            print(f"no reason: {u}")
+        print(f"{len(lazy)} function-level import(s) without '{LAZY} <reason>'")
+        bad += len(lazy)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

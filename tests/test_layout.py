@@ -1,7 +1,8 @@
-"""The package's layout rules (docs/dev/layout.md): no import cycles, imports point down, a small root.
+"""The package's layout rules (docs/dev/layout.md): no import cycles, every import points down the
+package order, imports inside functions say why, a small root.
 
 Imports are read statically with scripts/import_cycles.py, counting function-level and
-TYPE_CHECKING-only imports as well.
+TYPE_CHECKING-only imports as well. The package order is read from docs/dev/layout.md, its one place.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FEDCORE = REPO / "fedcore"
@@ -28,35 +27,37 @@ def _load_script():
 
 ic = _load_script()
 
-# What each low layer may import (see docs/dev/layout.md). Third-party packages by top-level
-# name; fedcore modules by dotted prefix. The standard library is always allowed.
+DOC = REPO / "docs" / "dev" / "layout.md"
+PACKAGES = [FEDCORE, REPO / "components", REPO / "pipelines"]
+
+# The third-party libraries the two lowest layers may use (the package order covers fedcore's own
+# modules). Top-level names; the standard library is always allowed.
 STATS_EXTERNAL = {"numpy", "scipy", "torch", "sklearn"}
-STATS_FEDCORE = ("fedcore.stats", "fedcore.errors")
 ENGINE_EXTERNAL = {"numpy", "torch"}
-ENGINE_FEDCORE = ("fedcore.engine", "fedcore.stats", "fedcore.errors", "fedcore.config", "fedcore.io")
+
+# Not ours to change in this branch, and fixed on theirs (issue 70): tracking/callback.py draws the
+# run's figures with reporting (its move is in the tracking rewrite), and the methods and tracking
+# packages are being rewritten with their function-level imports. Drop each entry once merged.
+PENDING_LAZY = ("fedcore.methods", "fedcore.tracking")
 
 
 def _under(name: str, prefixes: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def layer_violations(pkg_dir: Path, layer: str, external: set[str], internal: tuple[str, ...]) -> list[str]:
-    """'module -> import' for every import of a module under `layer` that the rule does not allow."""
-    files = ic.module_names(pkg_dir)
-    known = set(files)
+def third_party_violations(pkg_dir: Path, layer: str, external: set[str]) -> list[str]:
+    """'module -> library' for every import of a third-party library outside `external` by a module
+    under `layer` (fedcore's own modules are the package order's business)."""
     root = pkg_dir.name
     found = []
-    for name, path in sorted(files.items()):
+    for name, path in sorted(ic.module_names(pkg_dir).items()):
         if not _under(name, (layer,)):
             continue
         is_pkg = path.name == "__init__.py"
         for stmt in ic.imports(ast.parse(path.read_text(encoding="utf-8")), runtime_only=False):
             base = ic.absolute(name, is_pkg, stmt[0], stmt[1])
             top = base.split(".")[0]
-            if top == root:
-                found += [f"{name} -> {t}" for t in sorted(ic.targets(name, is_pkg, stmt, known))
-                          if not _under(t, internal)]
-            elif top not in external and top not in sys.stdlib_module_names:
+            if top != root and top not in external and top not in sys.stdlib_module_names:
                 found.append(f"{name} -> {base}")
     return found
 
@@ -96,32 +97,81 @@ def test_an_import_runs_the_parent_packages_unless_the_importer_is_inside_them()
     assert ic.targets("p.s", False, (0, "p.q", ["r", "name"]), known) == {"p.q", "p.q.r"}
 
 
-def test_stats_imports_only_maths_libraries_and_errors():
-    assert layer_violations(FEDCORE, "fedcore.stats", STATS_EXTERNAL, STATS_FEDCORE) == []
+def test_every_import_points_down_the_package_order():
+    order = ic.read_order(DOC)
+    found = ic.upward(ic.build_graph(PACKAGES), order)
+    assert found == []
 
 
-def test_engine_imports_nothing_above_it():
-    assert layer_violations(FEDCORE, "fedcore.engine", ENGINE_EXTERNAL, ENGINE_FEDCORE) == []
+def test_every_entry_of_the_package_order_is_a_module_or_package():
+    known = set(ic.build_graph(PACKAGES))
+    assert [e for e in ic.read_order(DOC) if e not in known] == []
 
 
-def test_layer_check_flags_an_upward_import(tmp_path):
-    pkg = tmp_path / "fedcore"
-    (pkg / "stats").mkdir(parents=True)
-    (pkg / "methods").mkdir()
-    for init in (pkg, pkg / "stats", pkg / "methods"):
-        (init / "__init__.py").write_text("")
-    (pkg / "methods" / "m.py").write_text("")
-    (pkg / "stats" / "s.py").write_text("import numpy\nimport mlflow\n\ndef f():\n    from fedcore.methods import m\n")
-
-    assert layer_violations(pkg, "fedcore.stats", STATS_EXTERNAL, STATS_FEDCORE) == [
-        "fedcore.stats.s -> mlflow", "fedcore.stats.s -> fedcore.methods", "fedcore.stats.s -> fedcore.methods.m"]
+def test_every_import_inside_a_function_gives_its_reason():
+    found = ic.lazy_without_reason([FEDCORE])
+    assert [f for f in found if not _under(f.split(":")[0], PENDING_LAZY)] == []
 
 
-@pytest.mark.parametrize("layer", ["components", "pipelines", "fedcore.cli"])
-def test_only_the_cli_reaches_up_to_the_pipeline_layers(layer):
-    graph = ic.build_graph([FEDCORE, REPO / "components", REPO / "pipelines"])
-    importers = {m for m, deps in graph.items() if m.startswith("fedcore.") and any(_under(d, (layer,)) for d in deps)}
-    assert {m for m in importers if not _under(m, ("fedcore.cli",))} <= {"fedcore.__main__"}
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_order_check_flags_upward_imports_wherever_they_are_written(tmp_path):
+    _write(tmp_path, {
+        "order.md": "## Package order\n\n```\npkg.top    the top\npkg.mid\npkg.low\npkg\n```\n",
+        "pkg/__init__.py": "", "pkg/top.py": "from pkg import low, mid\n",
+        "pkg/mid/__init__.py": "", "pkg/mid/a.py": "from . import b\n\ndef f():\n    from pkg import top\n",
+        "pkg/mid/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.top\n",
+        "pkg/low.py": "import pkg\n", "pkg/stray.py": "",
+    })
+    order = ic.read_order(tmp_path / "order.md")
+    found = ic.upward(ic.build_graph([tmp_path / "pkg"]), order)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--order", "--order-doc", str(tmp_path / "order.md"),
+                           str(tmp_path / "pkg")],
+                          capture_output=True, text=True)
+
+    assert order == ["pkg.top", "pkg.mid", "pkg.low", "pkg"]
+    # Down the list (top -> low, mid, pkg; low -> pkg) and inside one entry (a -> b) pass.
+    assert found == ["pkg.stray: not in the package order",
+                     "pkg.mid.a -> pkg.top (pkg.mid sits below pkg.top)",
+                     "pkg.mid.b -> pkg.top (pkg.mid sits below pkg.top)"]
+    assert proc.returncode == 1 and proc.stdout.strip().endswith("3 upward import(s)")
+
+
+def test_lazy_check_wants_a_reason_on_every_function_level_import(tmp_path):
+    _write(tmp_path, {"pkg/__init__.py": "import json\n", "pkg/m.py": (
+        "import os\n\n"
+        "def f():\n    import json  # lazy: a reason\n    import csv\n\n"
+        "def g():\n    from collections import (  # lazy:\n        OrderedDict,\n    )\n\n"
+        "h = lambda: __import__('x')\n"
+        "def k():\n    def inner():\n        from a import (\n"
+        "            b,  # lazy: any line of the statement may hold it\n        )\n")})
+
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--lazy", str(tmp_path / "pkg")], capture_output=True,
+                          text=True)
+
+    assert ic.lazy_without_reason([tmp_path / "pkg"]) == ["pkg.m:5: import csv",
+                                                          "pkg.m:8: from collections import OrderedDict"]
+    assert proc.returncode == 1 and "2 function-level import(s) without" in proc.stdout
+
+
+def test_stats_imports_only_maths_libraries():
+    assert third_party_violations(FEDCORE, "fedcore.stats", STATS_EXTERNAL) == []
+
+
+def test_engine_imports_only_numpy_and_torch():
+    assert third_party_violations(FEDCORE, "fedcore.engine", ENGINE_EXTERNAL) == []
+
+
+def test_third_party_check_flags_a_library_outside_the_layer(tmp_path):
+    _write(tmp_path, {"fedcore/__init__.py": "", "fedcore/stats/__init__.py": "", "fedcore/methods/__init__.py": "",
+                      "fedcore/stats/s.py": "import numpy\nimport json\n\ndef f():\n    import mlflow.client\n"})
+
+    assert third_party_violations(tmp_path / "fedcore", "fedcore.stats", STATS_EXTERNAL) == [
+        "fedcore.stats.s -> mlflow.client"]
 
 
 def test_package_root_holds_at_most_eight_modules():

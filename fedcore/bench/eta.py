@@ -9,14 +9,25 @@ finished jobs; a row with none finished yet borrows the pace of the whole grid s
 A resumed grid keeps the pace of the jobs an earlier invocation finished: each finished job leaves
 its seconds in a small file beside its dir (`save_time`), read back when the grid starts again.
 Without them a resumed grid paced everything on its first job, "12 hours left" for 90 minutes' work.
+
+`grid_progress` is `fedcore bench`'s bar (or, off a terminal, its lines) over the grid, with the time left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Hashable, Mapping, Sequence
+import time
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fedcore.bench.plan import is_done
+from fedcore.io import atomic_write_bytes
 
 
 class TimeLeft:
@@ -55,8 +66,6 @@ def time_file(out: Path) -> Path:
 
 
 def save_time(out: Path, seconds: float, units: float) -> None:
-    from fedcore.io import atomic_write_bytes
-
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(time_file(out), json.dumps({"seconds": round(seconds, 1), "units": units}).encode())
 
@@ -74,11 +83,74 @@ def load_time(out: Path) -> tuple[float, float] | None:
 def grid_eta(jobs: Sequence[Any], workers: int = 1) -> tuple[dict[Any, float], TimeLeft]:
     """(progress units each job still needs, a TimeLeft already paced on the finished jobs' saved times)
     for a grid's jobs (`fedcore.bench.plan.Job`)."""
-    from fedcore.bench.plan import is_done
-
     costs = {j: 0 if is_done(j) else j.cost for j in jobs}
     eta = TimeLeft(costs, {j: j.row for j in jobs}, workers)
     for j in jobs:
         if costs[j] == 0 and (past := load_time(j.out)) is not None:
             eta.add_past(j.row, *past)
     return costs, eta
+
+
+@contextlib.contextmanager
+def grid_progress(jobs: list[Any], enabled: bool, say: Callable[[str], None],
+                  console: Console | None = None, workers: int = 1) -> Iterator[Callable[..., None]]:
+    """`fedcore bench`'s bar over the whole grid, with the time left. Yields done(job, status, seconds).
+
+    jobs: fedcore.bench.plan.Job (label, row, cost). What is done already is out of the total; the
+    time left is each row's own pace on its finished jobs (grid_eta), over `workers`.
+    Without the bar, one line per finished job."""
+    costs, eta = grid_eta(jobs, workers)
+
+    def finished(job: Any, seconds: float) -> None:
+        if seconds > 0:
+            save_time(job.out, seconds, costs[job])
+        eta.finish(job, seconds)
+
+    console = console or Console(stderr=True)
+    if not enabled:
+        def quiet(job: Any, status: str, seconds: float = 0.0) -> None:
+            if status != "skipped":
+                finished(job, seconds)
+                say(f"bench: {job.label} {status}")
+
+        yield quiet
+        return
+    if not console.is_terminal:
+        # A log file or a pod's stdout: rich draws no live bar there, so a grid of hours would print
+        # nothing until its end. One line a finished job instead, with the share done and time left.
+        yield _progress_lines(costs, eta, finished, say)
+        return
+    bar = Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
+                   TimeElapsedColumn(), TextColumn("{task.fields[left]}"), console=console)
+    with bar:
+        task = bar.add_task("bench", total=sum(costs.values()), last="", left=time_left(eta.left()))
+
+        def done(job: Any, status: str, seconds: float = 0.0) -> None:
+            if status != "skipped":
+                finished(job, seconds)
+                bar.update(task, advance=costs[job], last=f"{job.label} {status}", left=time_left(eta.left()))
+
+        yield done
+
+
+def time_left(seconds: float | None) -> str:
+    return "" if seconds is None else f"about {timedelta(seconds=round(seconds))} left"
+
+
+def _progress_lines(costs: dict[Any, float], eta: Any, finished: Callable[[Any, float], None],
+                    say: Callable[[str], None]) -> Callable[..., None]:
+    """done(job, status, seconds) printing 'bench: 14/112 LABEL done (0:17:06 elapsed, about 1:50:00 left)'."""
+    total, start, advanced = sum(costs.values()), time.monotonic(), [0.0]
+    if (known := eta.left()) is not None:  # a resumed grid: its earlier jobs' pace is known already
+        say(f"bench: {total:g} units to do, {time_left(known)}")
+
+    def done(job: Any, status: str, seconds: float = 0.0) -> None:
+        if status == "skipped":
+            return
+        advanced[0] += costs[job]
+        finished(job, seconds)
+        left = time_left(eta.left())
+        spent = timedelta(seconds=round(time.monotonic() - start))
+        say(f"bench: {advanced[0]:g}/{total:g} {job.label} {status} ({spent} elapsed{', ' + left if left else ''})")
+
+    return done

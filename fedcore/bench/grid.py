@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedcore import safe_yaml
 from fedcore.errors import ConfigError
+from fedcore.methods.registry import VARIANTS, Variant, available_methods
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a folder name under --out
 DATA_KEYS = ("data", "partition", "noise", "seed")
@@ -42,20 +43,6 @@ class Scene(Strict):
     set: list[str] = Field(default_factory=list, description="overrides for every method of the scene")
     seed_keys: list[str] = Field(default_factory=list, description="keys set to each run's seed as well, e.g. "
                                  "data.params.seed for a benchmark drawn from its own seed")
-
-
-class Variant(Strict):
-    method: str = Field(description="the registered method this row runs")
-    set: list[str] = Field(default_factory=list, description="its fixed params, e.g. method.params.profile=robust")
-
-
-# Spec v3's reading of FedHarmony (lab/fedharmony.sh, lam 0.1 as picked there on validation).
-HARMONY_V3 = ["method.params.timing=start", "method.params.teacher=pooled", "method.params.weighting=abs",
-              "method.params.diagonal=true", "method.params.scale=sum", "method.params.lam_schedule=caa",
-              "method.params.gamma_by=median", "method.params.mask_unannotated=true", "method.params.lam=0.1"]
-# The named rows of lab/results/tuning.md (lab/grids/fmnist_*.yaml).
-VARIANTS = {"fedgr-robust": Variant(method="fedgr", set=["method.params.profile=robust"]),
-            "fedharmony-v3": Variant(method="fedharmony", set=HARMONY_V3)}
 
 
 class Grid(Strict):
@@ -127,8 +114,6 @@ def resolve_config(config: str, grid_dir: Path, scene: str) -> Path:
 
 def check_grid(grid: Grid, shared: Sequence[str] = ()) -> None:
     """Refuse what would make the comparison unfair or unreadable, each in one line."""
-    from fedcore.methods.registry import available_methods
-
     known = set(available_methods())
     for name in [*grid.scenes, *grid.methods, *grid.variants]:
         if not NAME.match(name):

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.bench.grid import Grid, Scene
+from fedcore.pipeline.plan import method_switch
+from fedcore.registries import load_config
 
 SETTINGS = ("default", "tuned")
 # The CPU threads `fedcore bench` runs every job on (runner.execute), as the tuning page's runs had.
@@ -57,8 +59,6 @@ def shared_overrides(grid: Grid, scene: Scene, cli_set: list[str]) -> list[str]:
 
 def row_overrides(grid: Grid, row: str, base_method: str) -> list[str]:
     """The switch from the scene's own method to the row's (as sweeps switch), then the row's fixed params."""
-    from fedcore.pipeline.plan import method_switch
-
     v = grid.variant(row)
     return [*method_switch(base_method, v.method), *v.set]
 
@@ -106,8 +106,6 @@ def diverged_marker(run: Path) -> Path:
 
 def row_base(grid: Grid, name: str, row: str, cli_set: list[str]) -> list[str]:
     """A row's overrides of its scene's config, before any seed: the shared ones, then its own."""
-    from fedcore.registries import load_config
-
     scene = grid.scenes[name]
     shared = shared_overrides(grid, scene, cli_set)
     return [*shared, *row_overrides(grid, row, load_config(scene.config, shared).method.name)]
@@ -116,8 +114,6 @@ def row_base(grid: Grid, name: str, row: str, cli_set: list[str]) -> list[str]:
 def plan_grid(grid: Grid, out: Path, cli_set: list[str]) -> tuple[list[Job], dict[Job, list[Job]]]:
     """(tunes and default runs, each tune's tuned runs): every config loaded, so a bad method
     param or key fails here, before anything runs."""
-    from fedcore.registries import load_config
-
     first: list[Job] = []
     after: dict[Job, list[Job]] = {}
     for name, scene in grid.scenes.items():

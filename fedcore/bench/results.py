@@ -23,8 +23,11 @@ from fedcore.bench.choice import choose
 from fedcore.bench.grid import Grid, keys_under
 from fedcore.bench.plan import RUN_THREADS, SETTINGS, diverged_marker, shared_overrides
 from fedcore.bench.sweepfile import SweepScene, federation, read_tunes, sweep_text, write_if_changed
+from fedcore.bench.tables import scene_table
 from fedcore.data.files import HELD_OUT_NOTE
+from fedcore.io import atomic_write_bytes
 from fedcore.registries import load_config
+from fedcore.reporting.report import write_report
 from fedcore.tracking import git_commit
 
 HELD_OUT = HELD_OUT_NOTE.split("{n}")[0]  # how the data's note on a held-out test split begins
@@ -170,10 +173,6 @@ def write_results(grid: Grid, out: Path, cli_set: list[str],
     """bench.json (atomically), each scene's sweep file, table and report; returns bench.json's content.
     left: per scene with work still to do (`fedcore bench --so-far`), kept as its `still_to_run`, so
     that every table drawn from it says the scene is partial."""
-    from fedcore.bench.tables import scene_table
-    from fedcore.io import atomic_write_bytes
-    from fedcore.reporting.report import write_report
-
     scenes = {}
     for name in grid.scenes:
         recorded = with_run_threads(grid, name, cli_set)

@@ -22,8 +22,13 @@ from fedcore.bench.plan import RUN_THREADS, Job, diverged_marker, is_done
 from fedcore.bench.stale import refuse_stale
 from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import FederatedDataset
+from fedcore.engine.interrupt import terminate_as_interrupt
 from fedcore.errors import DivergedError
+from fedcore.io import atomic_write_bytes
 from fedcore.registries import load_config
+from fedcore.run import cpu_threads, run_experiment
+from fedcore.tracking.callback import run_callbacks
+from fedcore.tuning.study import TuneRequest, run_tune
 
 
 def prepare_data(jobs: list[tuple[Path, str, list[str]]], say: Callable[[str], None],
@@ -54,8 +59,6 @@ def check_data(jobs: list[tuple[Path, str, list[str]]]) -> dict[Path, FederatedD
 def execute(job: Job) -> str:
     """Run one job to its end: 'done' or 'diverged'. One thread, as the tuning page's runs had (OMP_NUM_THREADS=1)
     (a config's train.threads still wins inside the run)."""
-    from fedcore.run import cpu_threads
-
     job.out.parent.mkdir(parents=True, exist_ok=True)
     log = job.out.parent / f"{job.out.name}.log"
     with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f), cpu_threads(RUN_THREADS):
@@ -70,8 +73,6 @@ def timed(job: Job) -> tuple[str, float]:
 
 
 def _tune(job: Job) -> str:
-    from fedcore.tuning.study import TuneRequest, run_tune
-
     req = TuneRequest(config=job.config, overrides=list(job.overrides), trials=job.trials, out=job.out,
                       data=str(job.data), progress=False, start_at_default=job.start_at_default)
     run_tune(req, say=print)
@@ -80,17 +81,12 @@ def _tune(job: Job) -> str:
 
 def _run(job: Job) -> str:
     """`fedcore run CONFIG --set ... --data DATA --out RUN` (with --resume RUN when it has checkpoints)."""
-    from fedcore.run import run_experiment
-    from fedcore.tracking.callback import run_callbacks
-
     cfg = load_config(job.config, list(job.overrides))
     resume = job.out if any((job.out / "checkpoints").glob("*.pt")) else None
     try:
         run_experiment(cfg, job.out, data=str(job.data), resume=resume,
                        callbacks=run_callbacks(cfg))
     except DivergedError as err:
-        from fedcore.io import atomic_write_bytes
-
         print(f"training diverged: {err}")
         atomic_write_bytes(diverged_marker(job.out), f"{err}\n".encode())
         return "diverged"
@@ -116,7 +112,6 @@ def executor(jobs: int) -> Iterator[cf.Executor]:
     if jobs <= 1:
         yield InProcess()
         return
-    from fedcore.engine.interrupt import terminate_as_interrupt
 
     # SIGTERM to this process must end the grid through the except below, not kill it outright
     # (the default): the workers would be orphaned, running on with their run dirs locked.

@@ -17,7 +17,13 @@ from typing import Any
 
 from fedcore.bench.choice import SCORE, choose
 from fedcore.bench.grid import Grid
+from fedcore.bench.results import report_labels, scene_overrides, tuned_params, with_run_threads, write_sweep
+from fedcore.bench.tasks import opened_grid
 from fedcore.config import ExperimentConfig
+from fedcore.io import atomic_write_bytes
+from fedcore.pipeline.runs import tracker_for
+from fedcore.reporting.report import write_report
+from fedcore.tracking.registry import ModelRegistry
 
 SELECTED = "selected"
 
@@ -27,9 +33,6 @@ def choose_task(grid_text: str, overrides: list[str], scene: str, records: Itera
                 previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The whole `choose` task: bench.json (the scenes of `previous`, then this one) under OUT,
     the registration, and the parent run's record; returns bench.json's content."""
-    from fedcore.bench.tasks import opened_grid
-    from fedcore.io import atomic_write_bytes
-
     with opened_grid(grid_text) as g:
         given = json.loads(grid_text)["grid"]["scenes"][scene]["config"]  # as the grid names it
         result = scene_result(g, out, scene, records, given, overrides)
@@ -65,9 +68,6 @@ def selected_run(rows: Iterable[Mapping[str, Any]], choice: str | None,
 def scene_result(grid: Grid, out: Path, scene: str, records: Iterable[Mapping[str, Any]],
                  config: str, overrides: Iterable[str] = ()) -> dict[str, Any]:
     """bench.json's entry for `scene`, its tunes written under OUT/SCENE and its sweep file beside them."""
-    from fedcore.bench.results import report_labels, scene_overrides, tuned_params, with_run_threads, write_sweep
-    from fedcore.io import atomic_write_bytes
-
     rows, tunes = split_records(records)
     for row, t in tunes.items():
         atomic_write_bytes(out / scene / row / "tune" / "tune.json", json.dumps(t["tune"], indent=2).encode())
@@ -90,7 +90,6 @@ def _report(labels: dict[str, str], out: Path) -> str | None:
     task's storage)."""
     if not labels or not all((Path(r) / "metrics.json").is_file() for r in labels):
         return None
-    from fedcore.reporting.report import write_report
 
     return str(write_report(list(labels), out, labels))
 
@@ -98,8 +97,6 @@ def _report(labels: dict[str, str], out: Path) -> str | None:
 def register_choice(cfg: ExperimentConfig, model_name: str, scene: str, result: Mapping[str, Any]) -> dict | None:
     """Register the chosen run's model (the chosen method at the chosen setting) as a new version of
     `model_name` with alias `selected`."""
-    from fedcore.tracking.registry import ModelRegistry
-
     run = selected_run(result["rows"], result["choice"], result["choice_setting"])
     if cfg.tracking.backend == "none" or run is None or not run.get("run_id"):
         return None
@@ -118,7 +115,6 @@ def log_choice(cfg: ExperimentConfig, parent_run_id: str, scene: str, result: Ma
     """The scene's rows as a table, its choice as tags and `files` as artifacts, on the parent run."""
     if not parent_run_id or cfg.tracking.backend == "none":
         return
-    from fedcore.pipeline.runs import tracker_for
 
     tracker = tracker_for(cfg)
     tracker.start("", {}, run_id=parent_run_id)

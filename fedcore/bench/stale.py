@@ -13,15 +13,14 @@ from pathlib import Path
 
 from fedcore.bench.plan import Job
 from fedcore.errors import ConfigError
+from fedcore.registries import load_config
+from fedcore.reporting.config_diff import describe_diff
+from fedcore.tuning.space import as_overrides
 
 
 def stale(job: Job) -> str | None:
     """What differs between the job's finished work on disk and the grid's config for it, as
     'train.rounds: 30 (on disk) vs 40'; None when it matches or nothing has finished."""
-    from fedcore.registries import load_config
-    from fedcore.reporting.config_diff import describe_diff
-    from fedcore.tuning.space import as_overrides
-
     if job.kind == "tune":
         record = _json(job.out / "tune.json")
         if record is None:

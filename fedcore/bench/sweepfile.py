@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
 
 from fedcore.config import ExperimentConfig
 from fedcore.io.files import atomic_write_bytes
+from fedcore.pipeline.plan import SweepScene
 from fedcore.reporting.config_diff import describe_diff, flatten
 
 SWEEP_HEADER = """\
@@ -40,19 +40,6 @@ SCENE_NOTE = """\
 # Keys of the data, partition and noise that are not the federation: what each run's seed decides,
 # where this machine keeps the files, and the validation split (a final model may train on every sample).
 NOT_FEDERATION = ("data.seed", "data.root", "data.cache_dir", "data.validation.")
-
-
-class SweepScene(BaseModel):
-    """The grid scene a bench's sweep file was tuned and chosen on."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(description="the grid's scene name")
-    config: str = Field("", description="the scene's base config, as the bench found it")
-    set: list[str] = Field(default_factory=list, description="every method's overrides: the scene's set, the "
-                           "bench's --set, the validation split")
-    seed_keys: list[str] = Field(default_factory=list, description="keys set to the run's seed as well")
-    federation: dict[str, Any] = Field(default_factory=dict, description="data/partition/noise keys (dotted) "
-                                       "that `set` gave on `config`, less NOT_FEDERATION and seed_keys")
 
 
 def federation(cfg: ExperimentConfig, seed_keys: Sequence[str] = ()) -> dict[str, Any]:

@@ -24,13 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.bench.grid import Grid, check_grid
+from fedcore.bench.plan import data_dir, data_jobs, row_base, run_job, tune_job
+from fedcore.bench.results import run_row, summary_of
+from fedcore.bench.runner import execute, prepare_data
 from fedcore.errors import ConfigError
+from fedcore.pipeline.runs import open_child
+from fedcore.registries import load_config
 
 
 def grid_input(grid: Grid) -> str:
     """The `grid` pipeline input: the grid (scene configs as given) plus each scene's config YAML."""
-    from fedcore.registries import load_config
-
     configs = {name: load_config(scene.config).to_yaml() for name, scene in grid.scenes.items()}
     return json.dumps({"grid": grid.model_dump(mode="json"), "configs": configs})
 
@@ -57,9 +60,6 @@ def opened_grid(text: str) -> Iterator[Grid]:
 
 def prepare(grid_text: str, overrides: Sequence[str], scene: str, out: str | Path) -> None:
     """Every seed's shared dataset of `scene` (the tuning seed's too) under OUT/SCENE/data-sSEED."""
-    from fedcore.bench.plan import data_jobs
-    from fedcore.bench.runner import prepare_data
-
     out = Path(out)
     with opened_grid(grid_text) as g:
         jobs = [j for j in data_jobs(g, out, list(overrides)) if j[0].parent == out / scene]
@@ -69,9 +69,6 @@ def prepare(grid_text: str, overrides: Sequence[str], scene: str, out: str | Pat
 def tune(grid_text: str, overrides: Sequence[str], scene: str, row: str, data: str | Path,
          out: str | Path) -> dict[str, Any]:
     """The row's `fedcore tune` on the tuning seed's dataset into OUT; returns its record."""
-    from fedcore.bench.plan import data_dir, row_base, tune_job
-    from fedcore.bench.runner import execute
-
     with opened_grid(grid_text) as g:
         job = tune_job(g, Path(out), scene, row, row_base(g, scene, row, list(overrides)))
         job = dataclasses.replace(job, out=Path(out), data=data_dir(Path(data), scene, g.tuning_seed))
@@ -86,11 +83,6 @@ def run(grid_text: str, overrides: Sequence[str], scene: str, item: dict[str, An
 
     Tracked runs are children of the pipeline's parent run; every run logs the served model, since
     the choice is a method at either setting, and the chosen run is registered."""
-    from fedcore.bench.plan import data_dir, row_base, run_job
-    from fedcore.bench.results import run_row, summary_of
-    from fedcore.bench.runner import execute
-    from fedcore.registries import load_config
-
     row, setting, seed = _item(item)
     out = Path(out)
     with opened_grid(grid_text) as g:
@@ -128,7 +120,6 @@ def _open_child(cfg: Any, parent_run_id: str, scene: str, row: str, name: str, l
     tracking fields that make the run resume it ({} without tracking)."""
     if cfg.tracking.backend == "none":
         return {}
-    from fedcore.pipeline.runs import open_child
 
     named = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"run_name": name})})
     return {"run_id": open_child(named, parent_run_id, scene, row), "run_name": name, "log_model": log_model}

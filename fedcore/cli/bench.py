@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from fedcore.bench.choice import choice_line  # stdlib only, so `fedcore --help` stays fast
 from fedcore.cli.console import (
@@ -20,6 +21,7 @@ from fedcore.cli.console import (
     split_list,
     tracking_sets,
 )
+from fedcore.errors import UserError
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -56,13 +58,12 @@ def bench(
 ) -> None:
     """Pick a method for your federation: equal-budget tunes on validation, then default and tuned
     runs on the reporting seeds. Resumable: a rerun does only what is missing. Writes OUT/bench.json."""
-    from fedcore.bench.grid import load_grid
-    from fedcore.bench.plan import data_jobs, grid_todo, plan_grid, scene_left
-    from fedcore.bench.results import write_results
-    from fedcore.bench.runner import check_data, prepare_data, run_jobs
-    from fedcore.bench.stale import refuse_stale
-    from fedcore.errors import UserError
-    from fedcore.reporting.progress import grid_progress
+    from fedcore.bench.eta import grid_progress  # lazy: CLI start-up
+    from fedcore.bench.grid import load_grid  # lazy: CLI start-up
+    from fedcore.bench.plan import data_jobs, grid_todo, plan_grid, scene_left  # lazy: CLI start-up
+    from fedcore.bench.results import write_results  # lazy: CLI start-up
+    from fedcore.bench.runner import check_data, prepare_data, run_jobs  # lazy: CLI start-up
+    from fedcore.bench.stale import refuse_stale  # lazy: CLI start-up
 
     if dry_run and so_far:
         raise UserError("--dry-run prints what is left and --so-far writes what is done; ask for one")
@@ -103,11 +104,8 @@ def bench(
 
 def print_todo(jobs: list, workers: int, out: Path) -> None:
     """--dry-run: a row per (scene, method) with what is done of its tune and runs, then the total."""
-    from rich.table import Table
-
-    from fedcore.bench.eta import grid_eta
-    from fedcore.bench.plan import grid_todo
-    from fedcore.reporting.progress import time_left
+    from fedcore.bench.eta import grid_eta, time_left  # lazy: CLI start-up
+    from fedcore.bench.plan import grid_todo  # lazy: CLI start-up
 
     table = Table("scene", "method", "tune trials", "default runs", "tuned runs", title=f"fedcore bench {out}")
     for r in grid_todo(jobs):
@@ -158,13 +156,18 @@ def bench_table(
     """Print the tables of lab/results/tuning.md from bench results: per scene, default and tuned
     rows with the verdicts against FedAvg (the table OUT/SCENE/table.md holds too), or --summary, or
     --per-seed."""
-    from fedcore.bench.tables import load_scenes, scene_table, scene_tables, seed_table, summary_table
-    from fedcore.errors import UserError
+    from fedcore.bench.tables import (  # lazy: CLI start-up
+        load_scenes,
+        scene_table,
+        scene_tables,
+        seed_table,
+        summary_table,
+    )
 
     chosen = scene_tables(load_scenes(results), str_list(scenes) or [])
     if figure is not None:
-        from fedcore.bench.tables import figure_data
-        from fedcore.reporting.plots import paired_bars_figure, save
+        from fedcore.bench.tables import figure_data  # lazy: CLI start-up
+        from fedcore.reporting.plots import paired_bars_figure, save  # lazy: CLI start-up
 
         panels, refs, metric = figure_data(chosen)
         save(paired_bars_figure(panels, refs, xlabel=f"last-10 test {metric} (%)"), figure)

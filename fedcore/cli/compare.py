@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from fedcore.cli.console import ReadTrackingUriOpt, local_folder, make_console
+from fedcore.errors import UserError
 
 console = make_console()
 
@@ -23,14 +24,13 @@ def compare(
     tracking_uri: ReadTrackingUriOpt = None,
 ) -> None:
     """Table of final metrics across runs (mean ± std over the seeds of one config)."""
-    from fedcore.errors import UserError
     from fedcore.reporting.compare import budget_notes, load_run, merge_notes
     from fedcore.reporting.rundirs import expand_run_dirs
     from fedcore.reporting.terminal import console_table
 
     out = local_folder(out)
     if experiment:
-        from fedcore.reporting.compare_mlflow import compare_experiment
+        from fedcore.reporting.compare_mlflow import compare_experiment  # lazy: CLI start-up
 
         compare_experiment(experiment, console, uri=tracking_uri, out_dir=out)
         return

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
+from rich.table import Table
+from rich.text import Text
 
 from fedcore.cli.console import ConfigArg, group, make_console, set_option
 from fedcore.errors import UserError
@@ -20,10 +22,7 @@ def config_methods(
     name: Annotated[str | None, typer.Argument(help="a method: list its params (method.params.*)")] = None,
 ) -> None:
     """List the methods, or one method's params (types, defaults, meaning) and search space."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from fedcore.methods.registry import available_methods, describe_params, summary_line
+    from fedcore.methods.registry import available_methods, describe_params, summary_line  # lazy: CLI start-up
 
     if name is None:
         table = Table("method.name", "what it is")
@@ -41,12 +40,9 @@ def config_methods(
 def space_table(name: str):
     """What `fedcore tune` searches for this method: the train section's ranges and the method's own,
     one column per `train.optimizer` (an Adam learning rate is not an SGD one)."""
-    from typing import get_args
 
-    from rich.table import Table
-
-    from fedcore.config import ExperimentConfig, TrainConfig
-    from fedcore.tuning.space import full_space
+    from fedcore.config import ExperimentConfig, TrainConfig  # lazy: CLI start-up
+    from fedcore.tuning.space import full_space  # lazy: CLI start-up
 
     optimizers = get_args(TrainConfig.model_fields["optimizer"].annotation)
     spaces = {opt: {d.path: d.describe() for d in full_space(ExperimentConfig.model_validate(
@@ -66,7 +62,7 @@ def config_show(
     fmt: Annotated[str, typer.Option("--format", help="yaml or json")] = "yaml",
 ) -> None:
     """Print the resolved config (defaults filled in, overrides applied) and its hash."""
-    from fedcore.registries import load_config
+    from fedcore.registries import load_config  # lazy: CLI start-up
 
     if fmt not in ("yaml", "json"):  # anything else used to print JSON silently
         raise UserError(f"--format '{fmt}' is not supported; pass --format yaml or --format json")

@@ -15,6 +15,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from fedcore.errors import UserError
+
 PIPED_WIDTH = 160
 
 # Click's plain help, not typer's rich panels: rich cuts a word wider than its column with '…'
@@ -124,8 +126,6 @@ def local_folder(path: Path | None, option: str = "--out") -> Path | None:
     Refused rather than uploaded: a run dir is also the run's lock, checkpoints and resume point,
     which need a local filesystem, and a URI taken as a path wrote a folder named 's3:' instead.
     """
-    from fedcore.errors import UserError
-
     found = _SCHEME.match(str(path)) if path is not None else None
     if found is None:
         return path

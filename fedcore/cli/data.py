@@ -24,10 +24,10 @@ def data_prepare(
     set_: SetOpt = None,
 ) -> None:
     """Partition the dataset, inject the noise scene, and write a verified FederatedDataset artifact."""
-    from fedcore.data.build import build_federated_dataset
-    from fedcore.data.federated import scene_report
-    from fedcore.data.report import print_federation, print_scene
-    from fedcore.registries import load_config
+    from fedcore.data.build import build_federated_dataset  # lazy: CLI start-up
+    from fedcore.data.federated import scene_report  # lazy: CLI start-up
+    from fedcore.data.report import print_federation, print_scene  # lazy: CLI start-up
+    from fedcore.registries import load_config  # lazy: CLI start-up
 
     out = local_folder(out)
     cfg = load_config(config, set_)
@@ -50,11 +50,11 @@ def data_inspect(
     histogram, agreement with trusted labels, and, with --out, a client x class figure. Writes
     nothing else."""
     # Imported here: `fedcore --help` stays fast (torch, matplotlib).
-    from fedcore.data.build import build_federated_dataset
-    from fedcore.data.report import print_federation
-    from fedcore.data.summary import client_class_counts, client_names, federation_summary
-    from fedcore.registries import load_config
-    from fedcore.reporting.plots import client_class_figure, save
+    from fedcore.data.build import build_federated_dataset  # lazy: CLI start-up
+    from fedcore.data.report import print_federation  # lazy: CLI start-up
+    from fedcore.data.summary import client_class_counts, client_names, federation_summary  # lazy: CLI start-up
+    from fedcore.registries import load_config  # lazy: CLI start-up
+    from fedcore.reporting.plots import client_class_figure, save  # lazy: CLI start-up
 
     out = local_folder(out)
     cfg = load_config(config, set_)

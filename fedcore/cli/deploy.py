@@ -5,15 +5,19 @@ Thin wrappers over `fedcore.deploy.k8s`; `fedcore.cli` registers this `app` as `
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 
 from fedcore.cli.console import TrackingOpt, TrackingUriOpt, group, list_option, set_option, tracking_sets
 from fedcore.deploy import env, k8s, stack
+from fedcore.deploy.mlflow_auth import setup
+from fedcore.deploy.stack import client_credential_problems
 from fedcore.errors import UserError
 
 app = group("Render, check and smoke-test the Kubernetes deployment (k8s/).",
@@ -56,7 +60,7 @@ def render_cmd(
     """Print the manifests of one overlay (pipe into `kubectl apply -f -`).
 
     Pods use the project image named by FEDCORE_IMAGE when it is set."""
-    from fedcore.io import atomic_write
+    from fedcore.io import atomic_write  # lazy: CLI start-up
 
     if out is not None and out.is_dir():
         raise UserError(f"--out '{out}' is a folder; pass a file path such as {out / (overlay.value + '.yaml')}")
@@ -95,8 +99,9 @@ def check_cmd(
 
 
 def workload_problems(objects: list[dict] | None = None) -> list[str]:
-    """Problems of what fedcore creates at run time (fedcore.deploy.stack.workloads)."""
-    from fedcore.deploy.stack import trainjob_problems, workloads
+    """Problems of what fedcore creates at run time (fedcore.tuning.katib.workloads)."""
+    from fedcore.pipeline.trainjob import trainjob_problems  # lazy: CLI start-up
+    from fedcore.tuning.katib import workloads  # lazy: CLI start-up
 
     trainjob, *katib = objects or workloads(str(k8s.k8s_root().parent / "configs" / "quickstart.yaml"))
     return trainjob_problems(trainjob) + katib_problems(katib)
@@ -124,9 +129,6 @@ def mlflow_auth_cmd(
 
     Reads MLFLOW_TRACKING_URI, the admin from FEDCORE_MLFLOW_ADMIN_USERNAME / _PASSWORD and the
     pod user from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD."""
-    import os
-
-    from fedcore.deploy.mlflow_auth import setup
 
     need = ("MLFLOW_TRACKING_URI", "FEDCORE_MLFLOW_ADMIN_USERNAME", "FEDCORE_MLFLOW_ADMIN_PASSWORD",
             "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
@@ -165,12 +167,12 @@ def katib_cmd(
     """Render the tune's search space as a Katib Experiment (plus its config ConfigMap), validated offline.
 
     Same space and validation objective as `fedcore tune`; apply with `kubectl apply -n fedcore -f FILE`."""
-    from fedcore.io import atomic_write
-    from fedcore.pipeline.resources import PipelineResources
-    from fedcore.registries import load_config
-    from fedcore.tuning.katib import experiment, katib_name
-    from fedcore.tuning.space import search_space
-    from fedcore.tuning.study import DEFAULT_VALIDATION, OBJECTIVES
+    from fedcore.io import atomic_write  # lazy: CLI start-up
+    from fedcore.pipeline.resources import PipelineResources  # lazy: CLI start-up
+    from fedcore.registries import load_config  # lazy: CLI start-up
+    from fedcore.tuning.katib import experiment, katib_name  # lazy: CLI start-up
+    from fedcore.tuning.space import search_space  # lazy: CLI start-up
+    from fedcore.tuning.study import DEFAULT_VALIDATION, OBJECTIVES  # lazy: CLI start-up
 
     if objective not in OBJECTIVES:
         raise UserError(f"--objective '{objective}': choose one of {', '.join(OBJECTIVES)}")
@@ -188,7 +190,6 @@ def katib_cmd(
     problems = katib_problems(objects)
     if problems:  # a bug of the renderer, never the user's: say so loudly
         raise RuntimeError("rendered Katib Experiment is invalid: " + "; ".join(problems))
-    import yaml
 
     text = yaml.safe_dump_all(objects, sort_keys=False)
     if out is None:
@@ -202,8 +203,7 @@ def katib_cmd(
 
 def katib_problems(objects: list[dict]) -> list[str]:
     """Schema and policy problems of [ConfigMap, Experiment] and of the trial Job inside."""
-    from fedcore.deploy.stack import client_credential_problems
-    from fedcore.tuning.katib import validate_experiment
+    from fedcore.tuning.katib import validate_experiment  # lazy: CLI start-up
 
     job = objects[1]["spec"]["trialTemplate"]["trialSpec"]
     named = {**job, "metadata": {"name": "trial"}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
@@ -68,9 +69,9 @@ def find_config(name: str = "quickstart.yaml") -> Path:
 
 
 def _options(ctx_args: dict[str, Any], local: bool = False) -> Any:
-    from fedcore.pipeline.plan import load_sweep_spec
-    from fedcore.pipeline.resources import PipelineResources
-    from pipelines import PipelineOptions
+    from fedcore.pipeline.plan import load_sweep_spec  # lazy: CLI start-up
+    from fedcore.pipeline.resources import PipelineResources  # lazy: CLI start-up
+    from pipelines import PipelineOptions  # lazy: CLI start-up
 
     res = PipelineResources().with_cli(ctx_args.get("image"), ctx_args.get("gpu_type"), ctx_args.get("gpus"),
                                        ctx_args.get("node_selector"), ctx_args.get("resource"),
@@ -95,7 +96,7 @@ def base_config(config: Path | None, tracking: bool, local_root: Path | None, ta
     unless `uri` (--tracking-uri) or the config names one.
 
     `task_env`: the environment of tasks that do not share this process's (--runner docker)."""
-    from fedcore.registries import load_config
+    from fedcore.registries import load_config  # lazy: CLI start-up
 
     sets = ["tracking.backend=mlflow", *([f"tracking.uri={uri}"] if uri else [])] if tracking else \
         ["tracking.backend=none"]
@@ -110,8 +111,8 @@ def load_pipeline_config(config: Path | None, overrides: list[str] | None, track
                          task_env: dict | None = None, uri: str | None = None):
     """What the pipeline runs by default: the base config with the `--set` overrides applied
     (checked here, so a bad override fails before anything is compiled)."""
-    from fedcore.pipeline.plan import apply
-    from fedcore.registries import check_data_root
+    from fedcore.pipeline.plan import apply  # lazy: CLI start-up
+    from fedcore.registries import check_data_root  # lazy: CLI start-up
 
     return check_data_root(apply(base_config(config, tracking, local_root, task_env, uri), overrides or []))
 
@@ -119,9 +120,7 @@ def load_pipeline_config(config: Path | None, overrides: list[str] | None, track
 def local_store(root: Path, task_env: dict | None = None) -> dict[str, str]:
     """Tasks run in their own processes: give them one absolute embedded MLflow store, or the
     MLFLOW_TRACKING_URI of their environment (this process's, or `task_env` for containers)."""
-    import os
-
-    from fedcore.tracking.mlflow import embedded_store
+    from fedcore.tracking.mlflow import embedded_store  # lazy: CLI start-up
 
     env = os.environ if task_env is None else task_env
     if env.get("MLFLOW_TRACKING_URI"):
@@ -133,7 +132,7 @@ def local_store(root: Path, task_env: dict | None = None) -> dict[str, str]:
 
 def build(name: str, base: Any, args: dict[str, Any], local: bool = False) -> Any:
     """The pipeline for `base` (its `config` default) and the --set list (its `overrides` default)."""
-    from pipelines import build_pipeline
+    from pipelines import build_pipeline  # lazy: CLI start-up
 
     return build_pipeline(name, base, _options(args, local))
 
@@ -150,8 +149,8 @@ def run_arguments(name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 def package_config(package: Path, overrides: list[str] | None) -> Any:
     """The config a compiled package runs: its `config` default plus the --set list."""
-    from fedcore.pipeline.inputs import parse_config
-    from pipelines.runner import load_specs
+    from fedcore.pipeline.inputs import parse_config  # lazy: CLI start-up
+    from pipelines.runner import load_specs  # lazy: CLI start-up
 
     spec, _ = load_specs(package)
     params = spec.root.input_definitions.parameters
@@ -175,10 +174,10 @@ def compile_cmd(name: NameArg,
                 ) -> None:
     """Compile a pipeline into a KFP package (checked by parsing it back); the config and the
     --set list become the defaults of its run-time inputs `config` and `overrides`."""
-    from pipelines.runner import compile_pipeline, load_specs
+    from pipelines.runner import compile_pipeline, load_specs  # lazy: CLI start-up
 
     if name == "bench":
-        from fedcore.cli.pipeline_bench import compile_bench
+        from fedcore.cli.pipeline_bench import compile_bench  # lazy: CLI start-up
 
         line = compile_bench(locals(), out, _options(locals()))
         console.print(line, soft_wrap=True, markup=False, highlight=False)
@@ -212,11 +211,11 @@ def run_cmd(name: NameArg,
     if not local:
         raise UserError("`fedcore pipeline run` runs on this machine: pass --local "
                         "(`fedcore pipeline submit` sends it to a cluster)")
-    from pipelines.docker import from_options
+    from pipelines.docker import from_options  # lazy: CLI start-up
 
     out = local_folder(out)
     if name == "bench":
-        from fedcore.cli.pipeline_bench import print_bench, run_bench
+        from fedcore.cli.pipeline_bench import print_bench, run_bench  # lazy: CLI start-up
 
         args = locals()
         store = ({"uri": tracking_uri} if tracking_uri else local_store(out)) if tracking else {}
@@ -235,7 +234,7 @@ def run_cmd(name: NameArg,
 
 
 def run_local_pipeline(name: str, base: Any, args: dict[str, Any], out: Path) -> Any:
-    from pipelines.runner import run_local
+    from pipelines.runner import run_local  # lazy: CLI start-up
 
     pipeline = build(name, base, args, local=True)  # bad methods/sweeps fail here, before anything runs
     where = "locally" if args.get("docker") is None else f"in {args['docker'].image} (docker)"
@@ -245,9 +244,9 @@ def run_local_pipeline(name: str, base: Any, args: dict[str, Any], out: Path) ->
 
 def run_package(package: Path, args: dict[str, Any], out: Path) -> tuple[Any, Any]:
     """Run a compiled package under kfp.local with the options as its run-time inputs."""
-    from kfp import components
+    from kfp import components  # lazy: CLI start-up
 
-    from pipelines.runner import run_local
+    from pipelines.runner import run_local  # lazy: CLI start-up
 
     if args.get("config") is not None:
         raise UserError("--package runs the config compiled into the package; drop the config argument "
@@ -297,8 +296,8 @@ def package_store(cfg: Any, out: Path, task_env: dict | None = None) -> list[str
 
 def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console = console) -> None:
     """The pipeline's records as the comparison table, then where its artifacts and MLflow runs are."""
-    from fedcore.reporting.compare import merge_notes
-    from fedcore.reporting.terminal import terminal_table
+    from fedcore.reporting.compare import merge_notes  # lazy: CLI start-up
+    from fedcore.reporting.terminal import terminal_table  # lazy: CLI start-up
 
     records = getattr(result, "records", None)
     if records:
@@ -314,7 +313,7 @@ def print_result(name: str, result: Any, cfg: Any, out: Path, console: Console =
 
 def mlflow_hint(cfg: Any) -> str:
     """The command that opens the run's MLflow store, or the server URL."""
-    from fedcore.tracking.mlflow import resolve_uri, ui_command
+    from fedcore.tracking.mlflow import resolve_uri, ui_command  # lazy: CLI start-up
 
     # No client: opening the store only to print a path costs seconds of MLflow start-up.
     uri, default_artifacts = resolve_uri(cfg.tracking.uri)
@@ -325,7 +324,7 @@ def mlflow_hint(cfg: Any) -> str:
 
 
 def _package(name: str, base: Any, args: dict[str, Any], tmp: str) -> Path:
-    from pipelines.runner import compile_pipeline
+    from pipelines.runner import compile_pipeline  # lazy: CLI start-up
 
     return compile_pipeline(build(name, base, args), Path(tmp) / f"{name}.yaml")
 
@@ -342,13 +341,13 @@ def submit_cmd(name: NameArg,
                model_name: ModelOpt = "", tracking: TrackOpt = True, tracking_uri: UriOpt = None) -> None:
     """Start one run on a Kubeflow Pipelines cluster: compile the config, or send a compiled
     --package as it is; --set (and a sweep's --method/--seed) become the run's inputs."""
-    from pipelines.runner import check_host, submit
+    from pipelines.runner import check_host, submit  # lazy: CLI start-up
 
     check_host(host)
     args = locals()
     with tempfile.TemporaryDirectory(prefix="fedcore-pipeline-") as tmp:
         if name == "bench":
-            from fedcore.cli.pipeline_bench import bench_package
+            from fedcore.cli.pipeline_bench import bench_package  # lazy: CLI start-up
 
             package, args = bench_package(args, Path(tmp), _options(args))
             cfg = package_config(package, [])
@@ -373,7 +372,7 @@ def schedule_cmd(name: NameArg, config: ConfigArg, host: HostOpt,
                  data_prefix: PrefixOpt = "",
                  model_name: ModelOpt = "", tracking: TrackOpt = True, tracking_uri: UriOpt = None) -> None:
     """Create a recurring run (one at a time, no catch-up), e.g. nightly retraining."""
-    from pipelines.runner import check_cron, check_host, schedule
+    from pipelines.runner import check_cron, check_host, schedule  # lazy: CLI start-up
 
     check_host(host)
     check_cron(cron)

@@ -8,9 +8,14 @@ store), so tunes, runs, the parent run and the registry share one MLflow store.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from fedcore.cli.bench import choice_line
+from fedcore.cli.deploy import katib_problems
 from fedcore.errors import UserError
 
 
@@ -23,10 +28,10 @@ def tracking_overrides(tracking: bool, store: dict[str, str] | None = None) -> l
 
 def bench_pipeline(args: dict[str, Any], options: Any, store: dict[str, str] | None = None) -> tuple[Any, Any]:
     """(pipeline, grid) of `fedcore pipeline ... bench GRID`; options: the CLI's PipelineOptions."""
-    from fedcore.bench.grid import load_grid
-    from fedcore.bench.plan import shared_overrides
-    from fedcore.registries import load_config
-    from pipelines import build_pipeline
+    from fedcore.bench.grid import load_grid  # lazy: CLI start-up
+    from fedcore.bench.plan import shared_overrides  # lazy: CLI start-up
+    from fedcore.registries import load_config  # lazy: CLI start-up
+    from pipelines import build_pipeline  # lazy: CLI start-up
 
     if args.get("config") is None:
         raise UserError("pass the grid: fedcore pipeline compile bench GRID.yaml (e.g. lab/grids/tiny.yaml)")
@@ -44,7 +49,7 @@ def bench_pipeline(args: dict[str, Any], options: Any, store: dict[str, str] | N
 
 def compile_bench(args: dict[str, Any], out: Path | None, options: Any) -> str:
     """Compile; returns the line the CLI prints."""
-    from pipelines.runner import compile_pipeline, load_specs
+    from pipelines.runner import compile_pipeline, load_specs  # lazy: CLI start-up
 
     pipeline, grid = bench_pipeline(args, options)
     if args.get("katib") and grid.start_at_default:
@@ -66,15 +71,12 @@ def write_katib(grid: Any, args: dict[str, Any], res: Any, out: Path) -> Path:
     `fedcore deploy katib` renders one (same space, trials and validation objective, on the
     tuning seed), in one file for `kubectl apply -n fedcore -f`. The pipeline still tunes with
     Optuna in its own tasks: these are for running the same tunes under Katib instead."""
-    import yaml
-
-    from fedcore.bench.plan import row_base, seed_overrides
-    from fedcore.cli.deploy import katib_problems
-    from fedcore.io import atomic_write_bytes
-    from fedcore.registries import load_config
-    from fedcore.tuning.katib import experiment, katib_name
-    from fedcore.tuning.space import search_space
-    from fedcore.tuning.study import OBJECTIVES
+    from fedcore.bench.plan import row_base, seed_overrides  # lazy: CLI start-up
+    from fedcore.io import atomic_write_bytes  # lazy: CLI start-up
+    from fedcore.registries import load_config  # lazy: CLI start-up
+    from fedcore.tuning.katib import experiment, katib_name  # lazy: CLI start-up
+    from fedcore.tuning.space import search_space  # lazy: CLI start-up
+    from fedcore.tuning.study import OBJECTIVES  # lazy: CLI start-up
 
     store = {"uri": args["tracking_uri"]} if args.get("tracking_uri") else None
     cli_set = [*tracking_overrides(args.get("tracking", True), store), *(args.get("set_") or [])]
@@ -94,9 +96,7 @@ def write_katib(grid: Any, args: dict[str, Any], res: Any, out: Path) -> Path:
 
 def run_bench(args: dict[str, Any], out: Path, console: Any, options: Any, store: dict[str, str]) -> Any:
     """Run locally under kfp.local; returns bench.json's content (the last choose task's output)."""
-    import json
-
-    from pipelines.runner import run_local
+    from pipelines.runner import run_local  # lazy: CLI start-up
 
     if args.get("package") is not None or args.get("runner", "subprocess") != "subprocess":
         raise UserError("`pipeline run bench` runs the grid itself under the subprocess runner; "
@@ -112,9 +112,7 @@ def run_bench(args: dict[str, Any], out: Path, console: Any, options: Any, store
 def publish_bench(bench: dict[str, Any], out: Path) -> dict[str, Any]:
     """OUT/bench.json and OUT/SCENE/tuned_sweep.yaml, where `fedcore bench` puts them (the
     kfp artifacts stay where they are); returns bench.json with the sweep paths moved."""
-    import json
-
-    from fedcore.io import atomic_write_bytes
+    from fedcore.io import atomic_write_bytes  # lazy: CLI start-up
 
     for name, scene in bench.get("scenes", {}).items():
         if scene.get("sweep"):
@@ -128,8 +126,6 @@ def publish_bench(bench: dict[str, Any], out: Path) -> dict[str, Any]:
 
 def print_bench(result: dict[str, Any], out: Path, console: Any) -> None:
     """Each scene's choice line (as `fedcore bench` prints it), its registered model, and where things are."""
-    from fedcore.cli.bench import choice_line
-
     for name, scene in result.get("scenes", {}).items():
         console.print(choice_line(name, scene), markup=False, highlight=False, soft_wrap=True)
         if scene.get("model"):
@@ -147,7 +143,7 @@ def bench_package(args: dict[str, Any], tmp: Path, options: Any) -> tuple[Path, 
 
     The --set list is compiled into the `overrides` input after the tracking settings; a
     submit-time list would replace both, so it is refused for a compiled package."""
-    from pipelines.runner import compile_pipeline
+    from pipelines.runner import compile_pipeline  # lazy: CLI start-up
 
     if args.get("package") is not None:
         if args.get("set_") or args.get("config") is not None:

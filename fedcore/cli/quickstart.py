@@ -91,7 +91,7 @@ def run_quickstart(out: Path, console: Console, rounds: int | None = None,
 
 def write_run_report(run_dir: Path | None, out: Path) -> Path | None:
     """`fedcore report` over the runs of a finished local pipeline (their checkpoint artifacts)."""
-    from fedcore.reporting.report import write_report
+    from fedcore.reporting.report import write_report  # lazy: CLI start-up
 
     runs = sorted(p.parent for p in run_dir.glob("**/checkpoint/metrics.json")) if run_dir else []
     return write_report(runs, out) if runs else None

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from fedcore.cli.console import ReadTrackingUriOpt, local_folder, make_console
+from fedcore.errors import UserError
 
 console = make_console()
 
@@ -21,9 +22,8 @@ def report(
     tracking_uri: ReadTrackingUriOpt = None,
 ) -> None:
     """Write OUT/report.md: accuracy curves with seed bands, noise-rate estimates, detection, memorization."""
-    from fedcore.errors import UserError
-    from fedcore.reporting.report import mlflow_runs, write_report
-    from fedcore.reporting.rundirs import expand_run_dirs
+    from fedcore.reporting.report import mlflow_runs, write_report  # lazy: CLI start-up
+    from fedcore.reporting.rundirs import expand_run_dirs  # lazy: CLI start-up
 
     out = local_folder(out)
     if experiment and runs:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +19,8 @@ from fedcore.cli.console import (
     tracking_sets,
 )
 from fedcore.engine.callbacks import Callback
+from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
+from fedcore.errors import Interrupted, UserError
 
 console = make_console()
 
@@ -26,15 +30,15 @@ StagesOpt = list_option("--stage", "run only these stages")
 
 def run_callbacks(cfg, total_rounds: int, progress: bool, label: str = "", main: bool = True):
     """Progress bar, early stopping and tracking, as the config asks (fedcore.tracking.callback)."""
-    from fedcore.reporting.progress import ProgressCallback
-    from fedcore.tracking.callback import run_callbacks as library_callbacks
+    from fedcore.reporting.progress import ProgressCallback  # lazy: CLI start-up
+    from fedcore.tracking.callback import run_callbacks as library_callbacks  # lazy: CLI start-up
 
     bar = ProgressCallback(total_rounds, console, label=label or cfg.method.name) if progress else None
     return library_callbacks(cfg, bar, main)
 
 
 def total_rounds(cfg) -> int:
-    from fedcore.methods.registry import build_method
+    from fedcore.methods.registry import build_method  # lazy: CLI start-up
 
     return sum(s.rounds for s in build_method(cfg).stages)
 
@@ -66,7 +70,6 @@ def run(
     e.g. train.rounds=60 to extend it). Also the entry point of every rank under
     `torchrun --nproc-per-node N -m fedcore run CONFIG`.
     """
-    import contextlib
     import os
 
     from fedcore.engine.distributed import init_distributed, shutdown
@@ -181,9 +184,7 @@ class RecordConfig(Callback):
 def run_config(config: Path, set_: list[str] | None, sweep: Path | None, method: str | None) -> tuple[list[str], Any]:
     """(every override, the config): --sweep's scene and row, then --set (which wins; ranks get the
     whole list). With --sweep, the federation is checked and one line says what was applied."""
-    import os
-
-    from fedcore.registries import load_config
+    from fedcore.registries import load_config  # lazy: CLI start-up
 
     chosen, spec = row_overrides(config, set_, sweep, method)
     overrides = [*chosen, *(set_ or [])]
@@ -199,9 +200,8 @@ def run_config(config: Path, set_: list[str] | None, sweep: Path | None, method:
 def row_overrides(config: Path, set_: list[str] | None, sweep: Path | None, method: str | None) -> tuple[list, Any]:
     """(--method / --sweep as overrides, the sweep spec or None): the sweep's scene (its set, its seed
     keys at the run's seed), then the row's method switch and its values at the chosen setting."""
-    from fedcore.errors import UserError
-    from fedcore.pipeline.plan import load_sweep_spec, one_row_overrides
-    from fedcore.registries import load_config
+    from fedcore.pipeline.plan import load_sweep_spec, one_row_overrides  # lazy: CLI start-up
+    from fedcore.registries import load_config  # lazy: CLI start-up
 
     if sweep is None and method is None:
         return [], None
@@ -219,8 +219,7 @@ def row_overrides(config: Path, set_: list[str] | None, sweep: Path | None, meth
 def check_scene(cfg, spec, sweep: Path, config: Path) -> None:
     """Refuse a run whose data, partition or noise differ from the federation the sweep file was tuned
     and chosen on: its values would train another federation than the one they were picked for."""
-    from fedcore.bench.sweepfile import federation_mismatch
-    from fedcore.errors import UserError
+    from fedcore.bench.sweepfile import federation_mismatch  # lazy: CLI start-up
 
     if spec.scene is None or (diff := federation_mismatch(cfg, spec.scene)) is None:
         return
@@ -232,7 +231,7 @@ def check_scene(cfg, spec, sweep: Path, config: Path) -> None:
 
 def sweep_line(spec, sweep: Path, config: Path, method: str | None, applied: list[str]) -> str:
     """What --sweep applied, in one line: the row, its setting, the scene, and the overrides."""
-    from fedcore.pipeline.plan import selected_setting
+    from fedcore.pipeline.plan import selected_setting  # lazy: CLI start-up
 
     row = method or spec.selected
     setting = selected_setting(spec.model_copy(update={"methods": [method]}) if method else spec)
@@ -253,9 +252,7 @@ def interrupted(err: KeyboardInterrupt, out: Path):
     period (30 s by default) on a long round, when SIGKILL would take the pod anyway. So the line
     says what the periodic and stage-end checkpoints kept, and how to make a run resumable.
     """
-    from fedcore.engine.checkpoint import saved_round
-    from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
-    from fedcore.errors import Interrupted
+    from fedcore.engine.checkpoint import saved_round  # lazy: CLI start-up
 
     sig = stop_signal(err)
     rnd = saved_round(out / "checkpoints")
@@ -293,19 +290,18 @@ def _passed_on(set_, data, resume, stage, progress) -> list[str]:
 
 def launch_ranks(cfg, nproc: int, out: Path, resume: Path | None, args: list[str]) -> None:
     """`fedcore run --nproc N`: torchrun N ranks of this run; a failed rank ends it with one line."""
-    import torch
+    import torch  # lazy: CLI start-up
 
-    from fedcore.engine import distributed
-    from fedcore.errors import UserError
-    from fedcore.models import resolve_device
+    from fedcore.engine import distributed  # lazy: CLI start-up
+    from fedcore.models import resolve_device  # lazy: CLI start-up
 
     if distributed.launched_world() > 1:
         raise UserError("--nproc starts torchrun itself; under torchrun (or a TrainJob) leave --nproc out")
     device = resolve_device(cfg.train.device)
     distributed.rank_device(device, nproc - 1, torch.cuda.device_count() if device.type == "cuda" else 0)
     if resume is not None:  # refuse a bad checkpoint here, in one line, rather than once per rank
-        from fedcore.engine.checkpoint import load_checkpoint
-        from fedcore.reporting.config_diff import resume_mismatch
+        from fedcore.engine.checkpoint import load_checkpoint  # lazy: CLI start-up
+        from fedcore.reporting.config_diff import resume_mismatch  # lazy: CLI start-up
 
         load_checkpoint(resume, cfg.resume_hash(), lambda recorded: resume_mismatch(recorded, cfg.resume_dict()))
     code = distributed.launch(nproc, "fedcore", ["run", *args])
@@ -338,8 +334,6 @@ def check_run_dir(out: Path, resume: Path | None) -> None:
     one being resumed; a fresh run there would silently replace its model, metrics and
     checkpoints. Scripts that redo unfinished runs pass --resume when checkpoints exist.
     """
-    from fedcore.errors import UserError
-
     if out.exists() and not out.is_dir():
         raise UserError(f"--out '{out}' is a file; pass a folder for the run")
     if resume is not None and resume.resolve().is_relative_to(out.resolve()):

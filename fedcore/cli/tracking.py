@@ -22,7 +22,7 @@ def tracking_sync(
     )] = None,
 ) -> None:
     """Log what the run could not, into the same MLflow run, and give that run its final status."""
-    from fedcore.tracking.sync import sync
+    from fedcore.tracking.sync import sync  # lazy: CLI start-up
 
     res = sync(run_dir, retry_seconds)
     what = f"replayed {res.delivered} journaled calls" if res.delivered else "nothing was waiting"

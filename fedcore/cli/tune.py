@@ -50,7 +50,7 @@ def tune(
     Every trial is one fedcore run on the same dataset artifact and seed (tune on a seed your
     tables do not report). Writes OUT/tune.json and OUT/best.yaml (`fedcore run OUT/best.yaml
     --set seed=0`: best.yaml keeps the tuning seed)."""
-    from fedcore.tuning.study import TuneRequest, run_tune
+    from fedcore.tuning.study import TuneRequest, run_tune  # lazy: CLI start-up
 
     out = local_folder(out)
     overrides = [*(set_ or []), *tracking_sets(tracking, tracking_uri)]

@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
+from rich.progress import Progress
 
 from fedcore.config import DataConfig
 from fedcore.data.datasets import RawDataset, register_dataset, resolve_root
@@ -97,7 +99,7 @@ def cap_indices(n: int, cap: int | None) -> np.ndarray:
 
 def read_image(path: Path, size: int) -> np.ndarray:
     """Decode one image as RGB, resized to (3, size, size) uint8."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # lazy: Pillow for Clothing1M's images only
 
     try:
         with Image.open(path) as im:
@@ -135,8 +137,6 @@ def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
     if total <= _PROGRESS_MIN:
         yield lambda n: None
         return
-    from rich.console import Console
-    from rich.progress import Progress
 
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(f"clothing1m {what} images", total=total)

@@ -9,6 +9,7 @@ no code path downloads from the internet. Missing or malformed files raise
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import numpy as np
 
 from fedcore.config import DataConfig
 from fedcore.errors import ConfigError, DataError
+from fedcore.io import stage_prefix
 
 Task = Literal["single", "multi"]
 
@@ -143,8 +145,6 @@ def resolve_root(cfg: DataConfig, expected: str) -> Path:
     if not cfg.root:
         raise DataError(f"dataset '{cfg.name}' needs data.root: a local dir or s3:// prefix holding {expected}")
     if cfg.root.startswith("s3://"):
-        from fedcore.io import stage_prefix
-
         return stage_prefix(cfg.root, data_cache_dir(cfg))
     if "://" in cfg.root:  # e.g. gs://: Path() would turn it into a missing local folder 'gs:/...'
         raise DataError(f"data.root '{cfg.root}' has an unsupported scheme; use a local dir or s3://bucket/prefix")
@@ -169,7 +169,7 @@ def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np
 @register_dataset("digits", params=("split_seed",), reads_root=False)
 def load_digits_dataset(cfg: DataConfig) -> RawDataset:
     """scikit-learn's bundled 8x8 digits (1797 images); the default for quick runs and tests."""
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # lazy: scikit-learn adds ~2 s to start-up
 
     bunch = load_digits()
     x = np.clip(np.rint(bunch.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)[:, None]
@@ -186,7 +186,6 @@ def load_digits_dataset(cfg: DataConfig) -> RawDataset:
 def _import_loaders() -> None:
     # Loaders for files on disk register themselves on import; importing lazily keeps
     # `fedcore --help` fast and lets a missing optional piece fail only when used.
-    import importlib
 
     for mod in ("fedcore.data.vision", "fedcore.data.mnist", "fedcore.data.clothing", "fedcore.data.multilabel",
                 "fedcore.data.files"):

@@ -33,8 +33,8 @@ import fedcore
 from fedcore.data.premise import premise_check
 from fedcore.data.summary import federation_summary
 from fedcore.data.validation import ValidationSet
-from fedcore.errors import ArtifactError
-from fedcore.io import publish_dir, sha256_file
+from fedcore.errors import ArtifactError, GroundTruthAccessError
+from fedcore.io import publish_dir, sha256_file, stage_prefix
 
 FORMAT_VERSION = 2  # 2: the manifest carries its own sha256
 FILES = ("data.pt", "truth.pt", "scene.json")
@@ -179,8 +179,6 @@ class FederatedView:
         self.meta = meta
 
     def __getattr__(self, name: str) -> Any:
-        from fedcore.errors import GroundTruthAccessError
-
         if name in FederatedView._FORBIDDEN:
             raise GroundTruthAccessError(f"methods cannot read ground truth ('{name}'); only metrics may")
         raise AttributeError(name)
@@ -234,8 +232,6 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 def _local_artifact_dir(uri: str) -> Path:
     if uri.startswith("s3://"):
-        from fedcore.io import stage_prefix
-
         return stage_prefix(uri, Path(os.environ.get("FEDCORE_CACHE", ".fedcore-cache")))
     if "://" in uri:  # e.g. gs://: Path() would turn it into a missing local folder 'gs:/...'
         raise ArtifactError(f"dataset artifact '{uri}' has an unsupported scheme; use a local dir or s3://bucket/prefix")

@@ -125,7 +125,10 @@ def _gunzip(name: str, gz: Path, target: Path) -> None:
 
 def _parse(name: str, path: Path, shown: Path) -> np.ndarray:
     """One IDX file as a numpy array; `shown` is the file to blame (the .gz a user has)."""
-    from torchvision.datasets.mnist import read_image_file, read_label_file
+    from torchvision.datasets.mnist import (  # lazy: naming models and datasets loads no torchvision
+        read_image_file,
+        read_label_file,
+    )
 
     try:
         return (read_label_file if "labels" in path.name else read_image_file)(str(path)).numpy()
@@ -146,7 +149,7 @@ def _load_mnist_like(cfg: DataConfig, torch_folder: str, class_names: list[str],
 @register_dataset("mnist", params=())
 def load_mnist(cfg: DataConfig) -> RawDataset:
     """MNIST, 60k/10k grey 28x28, from data.root (<root>/MNIST/raw/ or flat; raw or .gz)."""
-    from torchvision.datasets import MNIST
+    from torchvision.datasets import MNIST  # lazy: naming models and datasets loads no torchvision
 
     return _load_mnist_like(cfg, "MNIST/raw", list(MNIST.classes), MNIST_ASYM)
 
@@ -155,6 +158,6 @@ def load_mnist(cfg: DataConfig) -> RawDataset:
 def load_fashion_mnist(cfg: DataConfig) -> RawDataset:
     """Fashion-MNIST, 60k/10k grey 28x28, from data.root (<root>/FashionMNIST/raw/ or flat), else
     from Debian's dataset-fashion-mnist package (/usr/share/datasets/fashion-mnist)."""
-    from torchvision.datasets import FashionMNIST
+    from torchvision.datasets import FashionMNIST  # lazy: naming models and datasets loads no torchvision
 
     return _load_mnist_like(cfg, "FashionMNIST/raw", list(FashionMNIST.classes), None)

@@ -71,7 +71,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedcore.config import DataConfig
-from fedcore.data.datasets import RawDataset, register_dataset, stratified_split
+from fedcore.data.datasets import RawDataset, load_dataset, register_dataset, stratified_split
+from fedcore.data.vision import channel_stats
 from fedcore.errors import ConfigError
 from fedcore.stats.correlation import phi
 
@@ -205,7 +206,7 @@ def shrink(x: np.ndarray, px: int) -> np.ndarray:
 def tile_pools(cfg: DataConfig, p: dict) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
     """[train pool, test pool] of uint8 tile images (M, t, t) with their classes (never shared), and class names."""
     if p["tiles"] == "digits":
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # lazy: scikit-learn adds ~2 s to start-up
 
         bunch = load_digits()
         x = np.clip(np.rint(bunch.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
@@ -213,8 +214,6 @@ def tile_pools(cfg: DataConfig, p: dict) -> tuple[list[tuple[np.ndarray, np.ndar
         tr, te = stratified_split(y, cfg.test_fraction, seed=int(p["seed"]))
         pools, names = [(x[tr], y[tr]), (x[te], y[te])], [str(d) for d in range(NUM_LABELS)]
     elif p["tiles"] == "fashion_mnist":
-        from fedcore.data.datasets import load_dataset
-
         # The one Fashion-MNIST loader, reading data.root (its official files).
         src = load_dataset(DataConfig(name="fashion_mnist", root=cfg.root, cache_dir=cfg.cache_dir))
         pools, names = [(src.x_train[:, 0], src.y_train), (src.x_test[:, 0], src.y_test)], src.class_names
@@ -366,7 +365,6 @@ def load_scenes_v3(cfg: DataConfig) -> RawDataset:
 
 
 def _load_v2(cfg: DataConfig, p: dict) -> RawDataset:
-    from fedcore.data.vision import channel_stats
 
     spec = make_spec(p)
     [(x_tr, y_tr), (x_te, y_te)], names = tile_pools(cfg, p)
@@ -398,7 +396,6 @@ def _load_v2(cfg: DataConfig, p: dict) -> RawDataset:
 
 
 def _load_v3(cfg: DataConfig, p: dict) -> RawDataset:
-    from fedcore.data.vision import channel_stats
 
     groups, grid, tiles = int(p["groups"]), int(p["grid"]), int(p["grid"]) ** 2
     spec_rng, rng = (np.random.default_rng([int(p["seed"]), salt]) for salt in _SALTS[3])

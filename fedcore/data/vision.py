@@ -227,7 +227,7 @@ def _load_cifar(cfg: DataConfig, cls: Any, asym_map: dict[int, int] | None) -> t
 @register_dataset("cifar10", params=("verify_md5",))
 def load_cifar10(cfg: DataConfig) -> RawDataset:
     """CIFAR-10, 50k/10k RGB 32x32, from <root>/cifar-10-batches-py."""
-    from torchvision.datasets import CIFAR10
+    from torchvision.datasets import CIFAR10  # lazy: naming models and datasets loads no torchvision
 
     return _load_cifar(cfg, CIFAR10, CIFAR10_ASYM)[0]
 
@@ -239,7 +239,7 @@ def load_cifar100(cfg: DataConfig) -> RawDataset:
     asym_map flips each class to the next one (by index, cyclically) within its superclass,
     with superclasses read from the coarse labels of the official test file.
     """
-    from torchvision.datasets import CIFAR100
+    from torchvision.datasets import CIFAR100  # lazy: naming models and datasets loads no torchvision
 
     ds, folder = _load_cifar(cfg, CIFAR100, None)
     ds.asym_map = superclass_map(_unpickle(folder / "test"))
@@ -266,7 +266,7 @@ def superclass_map(batch: dict[str, Any]) -> dict[int, int] | None:
 
 
 def _check_mat(path: Path) -> None:
-    import scipy.io as sio
+    import scipy.io as sio  # lazy: scipy.io for SVHN's .mat files only
 
     mat = sio.loadmat(str(path))
     x, y = mat["X"], mat["y"]
@@ -277,7 +277,7 @@ def _check_mat(path: Path) -> None:
 @register_dataset("svhn", params=("verify_md5",))
 def load_svhn(cfg: DataConfig) -> RawDataset:
     """SVHN cropped digits, 73k/26k RGB 32x32, from <root>/train_32x32.mat and test_32x32.mat."""
-    from torchvision.datasets import SVHN
+    from torchvision.datasets import SVHN  # lazy: naming models and datasets loads no torchvision
 
     layout = Layout("", ("train_32x32.mat", "test_32x32.mat"), _check_mat)
     root = _open(cfg, layout)

@@ -13,12 +13,14 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import yaml
 
 from fedcore.deploy.env import DEFAULT_IMAGE, K8S_NAMESPACE, REQUIRED_FOR_STACK, S3_BUCKET
+from fedcore.deploy.mlflow_auth import AuthApi
 from fedcore.errors import UserError
 
 OVERLAYS: tuple[str, ...] = ("local", "gpu")
@@ -87,10 +89,10 @@ def name_of(obj: Mapping) -> str:
 def validate(objects: Iterable[Mapping], versions: Iterable[str] = K8S_VERSIONS) -> list[str]:
     """Strict schema validation of every object against each Kubernetes version."""
     try:
-        import kubernetes_validate
+        import kubernetes_validate  # lazy: a dev dependency, for `deploy check` only
     except ImportError as err:
         raise UserError("kubernetes-validate is missing: pip install 'fedcore[dev]'") from err
-    from kubernetes_validate.utils import VersionNotSupportedError
+    from kubernetes_validate.utils import VersionNotSupportedError  # lazy: a dev dependency, for `deploy check` only
 
     problems = []
     for obj in objects:
@@ -233,7 +235,7 @@ def smoke(require_gpu: bool = False, env: Mapping[str, str] | None = None, timeo
     except OSError as err:
         problems.append(f"cache {cache} is not writable: {err}")
     if require_gpu:
-        import torch
+        import torch  # lazy: `fedcore --help` loads this module; the GPU smoke check only
 
         if not torch.cuda.is_available():
             problems.append("no CUDA device visible (check the nvidia.com/gpu limit and node pool)")
@@ -241,8 +243,6 @@ def smoke(require_gpu: bool = False, env: Mapping[str, str] | None = None, timeo
 
 
 def _check_mlflow(uri: str, timeout: float, env: Mapping[str, str] | None = None) -> list[str]:
-    import urllib.request
-
     if not uri.startswith(("http://", "https://")):  # urllib would raise ValueError or misreport "unreachable"
         return [f"MLFLOW_TRACKING_URI {uri!r} is not an http(s):// URL; fix it in the fedcore-env ConfigMap"]
     try:
@@ -255,7 +255,6 @@ def _check_mlflow(uri: str, timeout: float, env: Mapping[str, str] | None = None
     user, password = (env or {}).get("MLFLOW_TRACKING_USERNAME"), (env or {}).get("MLFLOW_TRACKING_PASSWORD")
     if not user:
         return []
-    from fedcore.deploy.mlflow_auth import AuthApi
 
     status, _ = AuthApi(uri, user, password or "", timeout).call("GET", "/api/2.0/mlflow/experiments/search",
                                                                  {"max_results": 1})
@@ -266,9 +265,9 @@ def _check_mlflow(uri: str, timeout: float, env: Mapping[str, str] | None = None
 
 
 def _check_bucket(env: Mapping[str, str], timeout: float) -> list[str]:
-    import boto3
-    from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError
+    import boto3  # lazy: `fedcore --help` loads this module
+    from botocore.config import Config  # lazy: `fedcore --help` loads this module
+    from botocore.exceptions import BotoCoreError, ClientError  # lazy: `fedcore --help` loads this module
 
     # Building the client is inside the try: a bad FEDCORE_S3_ADDRESSING or endpoint URL is
     # a FAIL line like an unreachable server, not a traceback.

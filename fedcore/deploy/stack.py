@@ -6,16 +6,17 @@ policy (no literal secrets, limits on every container, ...). On top of that the 
 - run every MLflow server with its basic-auth app (`--app-name basic-auth`), its config and
   its admin password from a Secret: an MLflow without auth lets any client pod delete
   every experiment and move the champion alias;
-- give every fedcore client pod (label fedcore.io/client) its MLflow user through secretKeyRef;
-- render the workloads fedcore creates at run time, a multi-node stage's TrainJob and a Katib
-  Experiment, and hold them to the same rules (schema, limits, credentials from Secrets).
+- give every fedcore client pod (label fedcore.io/client) its MLflow user through secretKeyRef.
+
+The workloads fedcore creates at run time, a multi-node stage's TrainJob and a Katib Experiment,
+are held to the same rules by the modules that render them, which sit above this one:
+`fedcore.pipeline.trainjob.trainjob_problems` and `fedcore.tuning.katib.workloads`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 from fedcore.deploy import k8s
 from fedcore.deploy.env import CLIENT_POD_LABEL, MLFLOW_CLIENT_KEYS
@@ -43,7 +44,7 @@ def _pod_labels(obj: Mapping) -> Mapping:
     return (spec.get("template") or {}).get("metadata", {}).get("labels") or {}
 
 
-def _from_secret(env: Iterable[Mapping], name: str) -> bool:
+def from_secret(env: Iterable[Mapping], name: str) -> bool:
     return any(e.get("name") == name and "secretKeyRef" in (e.get("valueFrom") or {}) for e in env)
 
 
@@ -71,7 +72,7 @@ def mlflow_auth_problems(objects: Iterable[Mapping]) -> list[str]:
                 problems.append(f"{where}: MLflow runs without an auth app; add --app-name={AUTH_APP}")
             if not any(e.get("name") == "MLFLOW_AUTH_CONFIG_PATH" for e in env):
                 problems.append(f"{where}: MLFLOW_AUTH_CONFIG_PATH is not set (the ini of the auth app)")
-            if not _from_secret(env, "MLFLOW_AUTH_ADMIN_PASSWORD"):
+            if not from_secret(env, "MLFLOW_AUTH_ADMIN_PASSWORD"):
                 problems.append(f"{where}: MLFLOW_AUTH_ADMIN_PASSWORD does not come from a Secret")
     return problems
 
@@ -84,46 +85,8 @@ def client_credential_problems(objects: Iterable[Mapping]) -> list[str]:
         if _pod_labels(obj).get(key) != value:
             continue
         for c in _containers(obj):
-            missing = [k for k in MLFLOW_CLIENT_KEYS if not _from_secret(c.get("env") or [], k)]
+            missing = [k for k in MLFLOW_CLIENT_KEYS if not from_secret(c.get("env") or [], k)]
             if missing:
                 problems.append(f"{name_of(obj)}: container {c.get('name')}: {', '.join(missing)} not from a "
                                 "secretKeyRef (the MLflow pod user)")
     return problems
-
-
-def trainjob_problems(tj: Mapping[str, Any]) -> list[str]:
-    """Schema, limits and credentials of a TrainJob (its trainer is not a pod spec)."""
-    from fedcore.pipeline.trainjob import validate_trainjob
-
-    name = f"TrainJob/{tj.get('metadata', {}).get('name')}"
-    trainer = (tj.get("spec") or {}).get("trainer") or {}
-    res = trainer.get("resourcesPerNode") or {}
-    problems = [f"{name}: {p}" for p in validate_trainjob(tj)]
-    for part in ("requests", "limits"):
-        missing = {"cpu", "memory"} - set(res.get(part) or {})
-        if missing:
-            problems.append(f"{name}: resourcesPerNode.{part} lacks {', '.join(sorted(missing))}")
-    env = trainer.get("env") or []
-    problems += [f"{name}: env {e['name']} is a literal; use secretKeyRef" for e in env
-                 if "value" in e and e["name"] in (*MLFLOW_CLIENT_KEYS, "AWS_SECRET_ACCESS_KEY")]
-    problems += [f"{name}: {k} not from a secretKeyRef" for k in MLFLOW_CLIENT_KEYS if not _from_secret(env, k)]
-    return problems
-
-
-def workloads(config: str = "configs/quickstart.yaml") -> list[dict[str, Any]]:
-    """What fedcore creates at run time, rendered from `config`: a two-node stage's TrainJob, and
-    the Katib Experiment (with its ConfigMap) of `fedcore deploy katib`."""
-    from fedcore.pipeline.resources import PipelineResources
-    from fedcore.pipeline.trainjob import stage_trainjob
-    from fedcore.registries import load_config
-    from fedcore.tuning.katib import experiment, katib_name
-    from fedcore.tuning.space import search_space
-    from fedcore.tuning.study import OBJECTIVES
-
-    res = PipelineResources(workers=2)
-    objects = [stage_trainjob("fedcore-check-stage", "s3://fedcore/trainjobs/check/spec.json", res)]
-    cfg = load_config(config, ["data.validation.fraction=0.1"])
-    dims = search_space(cfg, None)
-    objects += experiment(cfg, cfg.to_yaml(), dims, OBJECTIVES["last10"].format(m="score"), 4, res,
-                          katib_name(f"fedcore-tune-{cfg.method.name}"), 2, None)
-    return objects

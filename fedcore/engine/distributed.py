@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -237,8 +238,6 @@ def from_main(info: DistInfo | None, fn: Callable[[], R]) -> R:
 
 def _portable(err: Exception | None) -> Exception | None:
     """The error itself when it survives pickling; a RuntimeError with its text otherwise."""
-    import pickle
-
     if err is None:
         return None
     try:

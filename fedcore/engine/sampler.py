@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 _SALT = 0x5A3F
 
@@ -57,10 +58,8 @@ class ClientSampler:
         return sorted(chosen)
 
 
-def client_rngs(seed: int, rnd: int, cid: int) -> tuple[np.random.Generator, torch.Generator]:  # noqa: F821
+def client_rngs(seed: int, rnd: int, cid: int) -> tuple[np.random.Generator, torch.Generator]:
     """The numpy and torch generators of client `cid` in round `rnd`."""
-    import torch
-
     rng = np.random.default_rng([seed, rnd, cid])
     gen = torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
     return rng, gen

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 from collections.abc import Iterator
@@ -58,8 +59,6 @@ def _make_dir(folder: Path) -> bool:
 
 def _try_lock(folder: Path) -> int | None:
     """An fd holding the lock on folder's lock file; None where the filesystem has no locks."""
-    import fcntl
-
     path = folder / LOCK_NAME
     while True:
         try:

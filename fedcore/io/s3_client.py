@@ -90,8 +90,8 @@ def client() -> Any:
 @lru_cache(maxsize=8)
 def _make_client(env: tuple[str | None, ...]) -> Any:
     # `env` only keys the cache; the values are read from os.environ below.
-    import boto3
-    from botocore.config import Config
+    import boto3  # lazy: boto3 for s3:// URIs only
+    from botocore.config import Config  # lazy: boto3 for s3:// URIs only
 
     endpoint = endpoint_url()
     style = os.environ.get("FEDCORE_S3_ADDRESSING") or ("path" if endpoint else "auto")
@@ -115,7 +115,7 @@ def _make_client(env: tuple[str | None, ...]) -> Any:
 
 
 def transfer_config(threshold: int = 64 * MB, chunk: int = 16 * MB) -> Any:
-    from boto3.s3.transfer import TransferConfig
+    from boto3.s3.transfer import TransferConfig  # lazy: boto3 for s3:// URIs only
 
     return TransferConfig(multipart_threshold=threshold, multipart_chunksize=chunk,
                           preferred_transfer_client="classic")
@@ -129,7 +129,12 @@ def error_code(err: Any) -> str:
 
 
 def _translate(err: Exception, uri: str, action: str) -> StorageError:
-    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, NoCredentialsError
+    from botocore.exceptions import (  # lazy: boto3 for s3:// URIs only
+        ClientError,
+        ConnectionError,
+        HTTPClientError,
+        NoCredentialsError,
+    )
 
     where = endpoint_url() or "AWS S3"
     if isinstance(err, NoCredentialsError):
@@ -163,8 +168,8 @@ def missing(uri: str, bucket_missing: bool = False) -> StorageError:
 @contextlib.contextmanager
 def errors(uri: str, action: str) -> Iterator[None]:
     """Turn boto3/botocore failures inside the block into one-line StorageErrors."""
-    from boto3.exceptions import S3UploadFailedError
-    from botocore.exceptions import BotoCoreError, ClientError
+    from boto3.exceptions import S3UploadFailedError  # lazy: boto3 for s3:// URIs only
+    from botocore.exceptions import BotoCoreError, ClientError  # lazy: boto3 for s3:// URIs only
 
     try:
         yield
@@ -185,7 +190,7 @@ def mismatch(uri: str, want: str, got: str) -> ArtifactError:
 
 
 def bucket_exists(bucket: str) -> bool:
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import ClientError  # lazy: boto3 for s3:// URIs only
 
     with errors(f"s3://{bucket}", "checking bucket"):
         try:

@@ -36,7 +36,7 @@ SHA_KEY = "sha256"  # object metadata key holding the content's hex sha256
 
 def head(uri: str) -> dict[str, Any] | None:
     """The object's HEAD response, or None when no object has exactly that key."""
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import ClientError  # lazy: boto3 for s3:// URIs only
 
     bucket, key = parse_s3(uri)
     if not key or key.endswith("/"):

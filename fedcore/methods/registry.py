@@ -11,7 +11,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fedcore.errors import ConfigError
 
@@ -135,3 +135,21 @@ def summary_line(name: str) -> str:
 
     doc = sys.modules[get_method(name).cls.__module__].__doc__ or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+class Variant(BaseModel):
+    """A named row of a bench grid or sweep: a registered method with fixed params."""
+
+    model_config = ConfigDict(extra="forbid")
+    method: str = Field(description="the registered method this row runs")
+    set: list[str] = Field(default_factory=list, description="its fixed params, e.g. method.params.profile=robust")
+
+
+# Spec v3's reading of FedHarmony (experiments/fedharmony.sh, lam 0.1 as picked there on validation).
+HARMONY_V3 = ["method.params.timing=start", "method.params.teacher=pooled", "method.params.weighting=abs",
+              "method.params.diagonal=true", "method.params.scale=sum", "method.params.lam_schedule=caa",
+              "method.params.gamma_by=median", "method.params.mask_unannotated=true", "method.params.lam=0.1"]
+# The named rows of lab/results/tuning.md (lab/grids/fmnist_*.yaml): the
+# grids and `fedcore pipeline --sweep` name them like methods.
+VARIANTS = {"fedgr-robust": Variant(method="fedgr", set=["method.params.profile=robust"]),
+            "fedharmony-v3": Variant(method="fedharmony", set=HARMONY_V3)}

@@ -19,6 +19,7 @@ from fedcore.data.federated import FederatedDataset
 from fedcore.engine.store import TensorStore
 from fedcore.engine.types import ClientUpdate, Estimates, Params
 from fedcore.metrics.classification import accuracy, confusion, macro_prf
+from fedcore.metrics.multilabel import multilabel_eval, true_correlation
 from fedcore.metrics.noise import (
     binary_prf,
     flag_dependence,
@@ -118,8 +119,6 @@ class Evaluator:
         self.noisy_labels = fed.y_train.numpy()[noisy] if len(noisy) else None
         self.true_corr = None
         if self.task == "multi":
-            from fedcore.metrics.multilabel import true_correlation
-
             self.true_corr = true_correlation(fed.meta.get("extras"), fed.y_test.numpy())
         self.last: dict[str, Any] = {}
         # A small-loss detector on the evaluated model, scored like a method's own (single-label).
@@ -145,8 +144,6 @@ class Evaluator:
         all_idx = torch.arange(len(self.y_test), device=self.y_test.device)
         logits = self.logits(model, self.test, all_idx)
         if self.task == "multi":
-            from fedcore.metrics.multilabel import multilabel_eval
-
             out = multilabel_eval(logits, self.y_test, true_corr=self.true_corr)
             self.last = {"logits": logits.cpu()}
             return {**out, **(self.val(model) if self.val else {})}
@@ -183,8 +180,6 @@ class HeldOut:
         for prefix, store, y in self.parts:
             logits = self.ev.logits(model, store, torch.arange(len(y), device=y.device))
             if self.ev.task == "multi":
-                from fedcore.metrics.multilabel import multilabel_eval
-
                 scores = multilabel_eval(logits, y)
                 out.update({f"{prefix}/{k}": scores[f"test/{k}"] for k in ("mAP", "loss")})
                 continue

@@ -1,7 +1,7 @@
 """Models by name: the built-in models, `available_models` and `build_model`.
 
 The built-in modules (small, resnet, vit) register themselves with `fedcore.models.base`
-when imported; importing them only here keeps base free of them, so they can import base.
+when imported; importing them here, at the top, keeps base free of them, so they can import base.
 torchvision is imported only when a torchvision model is built.
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from fedcore.config import ModelConfig
 from fedcore.errors import ConfigError
+from fedcore.models import resnet, small, vit  # noqa: F401  (registration side effects)
 from fedcore.models.base import _REGISTRY, FedModel, seeded_init
 from fedcore.models.weights import load_weights
 
 
 def available_models() -> list[str]:
-    _import_builtin()
     return sorted(_REGISTRY)
 
 
@@ -25,7 +25,6 @@ def build_model(
 
     in_shape: (C, H, W) of one input. Pretrained weights come only from `cfg.weights`.
     """
-    _import_builtin()
     if cfg.name not in _REGISTRY:
         raise ConfigError(f"unknown model '{cfg.name}'; choose one of: {', '.join(sorted(_REGISTRY))}")
     if len(in_shape) != 3 or num_classes < 1:
@@ -37,6 +36,3 @@ def build_model(
         load_weights(model, cfg.weights)
     return model
 
-
-def _import_builtin() -> None:
-    from fedcore.models import resnet, small, vit  # noqa: F401  (registration side effects)

@@ -62,9 +62,8 @@ def _resnet(
     num_classes: int,
     cifar: bool,
 ) -> FedModel:
-    # Imported here, not at the top: listing the registered models (every config load
-    # checks model.name) then costs no torchvision import.
-    from torchvision import models as tvm
+    # Every config load checks model.name against the registered models: that costs no torchvision.
+    from torchvision import models as tvm  # lazy: naming models and datasets loads no torchvision
 
     p = model_params(cfg, {"norm": "batch"})
     net = getattr(tvm, arch)(weights=None, num_classes=num_classes, norm_layer=norm_layer(p["norm"], cfg.name))

@@ -50,7 +50,9 @@ class FedViT(FedModel):
         sd = adapt_first_conv(sd, "conv_proj.weight", self.conv_proj.in_channels)
         pos = sd.get("encoder.pos_embedding")
         if pos is not None and pos.shape != self.encoder.pos_embedding.shape:
-            from torchvision.models.vision_transformer import interpolate_embeddings
+            from torchvision.models.vision_transformer import (
+                interpolate_embeddings,  # lazy: naming models and datasets loads no torchvision
+            )
 
             try:
                 sd = dict(interpolate_embeddings(self.image_size, self.patch_size, dict(sd)))
@@ -72,7 +74,7 @@ def _vit_b_16(cfg: ModelConfig, in_shape: tuple[int, int, int], num_classes: int
             f"vit_b_16 needs square inputs whose side is a multiple of 16, got {h}x{w}; "
             "set data.image_size (e.g. 224) or pick another model"
         )
-    from torchvision import models as tvm  # here: listing models (config validation) imports no torchvision
+    from torchvision import models as tvm  # lazy: naming models and datasets loads no torchvision
 
     net = tvm.vit_b_16(weights=None, num_classes=num_classes, image_size=h)
     if c != 3:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from fedcore.errors import ArtifactError
+from fedcore.io import download_file
 from fedcore.models.base import FedModel
 
 _SHOW = 4  # how many offending keys an error message lists
@@ -21,8 +22,6 @@ _SHOW = 4  # how many offending keys an error message lists
 def load_weights(model: FedModel, uri: str) -> None:
     """Load `uri` (local path or s3:// file) into `model` in place; ArtifactError if it does not fit."""
     if uri.startswith("s3://"):
-        from fedcore.io import download_file
-
         with tempfile.TemporaryDirectory(prefix="fedcore-weights-") as tmp:
             local = Path(tmp) / (Path(uri).name or "weights.pt")
             download_file(uri, str(local))

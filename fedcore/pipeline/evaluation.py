@@ -13,9 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.config import ExperimentConfig
+from fedcore.data.federated import FederatedDataset
 from fedcore.errors import ArtifactError
 from fedcore.io import write_bytes
+from fedcore.pipeline.runs import tracker_for
+from fedcore.reporting.compare import flat_config
+from fedcore.reporting.plots import confusion_figure, curves_figure, rate_trajectories, save
 from fedcore.reporting.report import RATE_PREFIX, rate_series, read_history  # noqa: F401  (re-exported)
+from fedcore.tracking.base import run_name_for
+from fedcore.tracking.pipeline_runs import TASK_TAG
 
 REPORT_FILES = ("scene.json", "scene.png")
 
@@ -45,8 +51,6 @@ def record(cfg: ExperimentConfig, final: dict[str, Any], run_id: str, setting: s
            row: str = "") -> dict[str, Any]:
     """One run's row for `compare`: labels, the flattened config (for grouping) and its summary.
     row: the sweep row, when a variant (fedgr-robust) names it rather than its method."""
-    from fedcore.reporting.compare import flat_config
-
     row = row or cfg.method.name
     return {"setting": setting, "method": row, "group": f"{row} · {setting}",
             "seed": cfg.seed, "config_hash": cfg.config_hash(), "config": flat_config(cfg.to_dict()),
@@ -57,8 +61,6 @@ def record(cfg: ExperimentConfig, final: dict[str, Any], run_id: str, setting: s
 def evaluate(cfg: ExperimentConfig, data_dir: str | Path, run_dir: str | Path, report_dir: str | Path,
              out_dir: str | Path, run_id: str = "", setting: str = "", label: str = "", row: str = "") -> Evaluation:
     """Final metrics, confusion matrix, noise-rate figure and curves of a finished run; closes its child run."""
-    from fedcore.data.federated import FederatedDataset
-
     run_dir, out = Path(run_dir), Path(out_dir)
     metrics_file = run_dir / "metrics.json"
     if not metrics_file.is_file():
@@ -85,9 +87,6 @@ def publish(ev: Evaluation, metrics: Any, confusion: Any) -> None:
 
 
 def _figures(cfg, fed, history, run_dir: Path, out: Path, ev: Evaluation) -> list[Path]:
-    from fedcore.reporting.plots import confusion_figure, curves_figure, rate_trajectories, save
-    from fedcore.tracking.base import run_name_for
-
     figs = [save(curves_figure(history, run_name_for(cfg), task=fed.task), out / "curves.png")]
     if (run_dir / "confusion.json").is_file():
         ev.confusion = json.loads((run_dir / "confusion.json").read_text())
@@ -105,9 +104,6 @@ def _figures(cfg, fed, history, run_dir: Path, out: Path, ev: Evaluation) -> lis
 
 
 def _log_evaluation(cfg: ExperimentConfig, run_id: str, out: Path, report_dir: Path, label: str) -> None:
-    from fedcore.pipeline.runs import tracker_for
-    from fedcore.tracking.pipeline_runs import TASK_TAG
-
     tracker = tracker_for(cfg)
     tracker.start("", {TASK_TAG: label} if label else {}, run_id=run_id)
     try:

@@ -9,15 +9,32 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from fedcore.config import ExperimentConfig
+from fedcore.data.build import build_federated_dataset
+from fedcore.data.federated import scene_report
+from fedcore.engine.beliefs import BELIEFS_FILE, LABELS_FILE
 from fedcore.errors import ArtifactError
 from fedcore.io import write_bytes
+from fedcore.models import resolve_device
+from fedcore.pipeline import evaluation
+from fedcore.pipeline.done import done_line
 from fedcore.pipeline.inputs import RunInputs, check_stages, resolve, slot_of
 from fedcore.pipeline.plan import stage_names
+from fedcore.pipeline.ranks import launch_stage, stage_callbacks
+from fedcore.pipeline.resources import PipelineResources, check_accelerators
+from fedcore.pipeline.runs import fail_run, note_failure, open_child, parent_of
+from fedcore.pipeline.trainjob_stage import run_on_trainjob
+from fedcore.reporting.compare import comparison_rows, group_records, merge_notes
+from fedcore.reporting.plots import compare_figure, save, scene_figure
+from fedcore.run import run_experiment
 from fedcore.stats.summary import mean_std
+from fedcore.tracking.pipeline_runs import TASK_TAG
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -29,10 +46,6 @@ def _write_json(path: Path, obj: Any) -> None:
 
 def prepare(inp: RunInputs, data_dir: str | Path, report_dir: str | Path) -> dict[str, Any]:
     """Build the FederatedDataset into `data_dir` and the noise-scene report (JSON + PNG) into `report_dir`."""
-    from fedcore.data.build import build_federated_dataset
-    from fedcore.data.federated import scene_report
-    from fedcore.reporting.plots import save, scene_figure
-
     fed = build_federated_dataset(resolve(inp))
     fed.save(data_dir)
     report = scene_report(fed)
@@ -59,10 +72,6 @@ def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Pat
     stage then runs as a Kubeflow Trainer TrainJob (`trainjob_stage`; trainjob_api: its `api`,
     `namespace` and polling arguments, for tests) and `nproc` is not used.
     """
-    from fedcore.pipeline.ranks import launch_stage, stage_callbacks
-    from fedcore.pipeline.runs import fail_run, note_failure, open_child
-    from fedcore.run import run_experiment
-
     cfg, rid = None, ""
     try:
         cfg = resolve(inp)
@@ -70,8 +79,6 @@ def run_stage(inp: RunInputs, stage: str, stages: list[str], data_dir: str | Pat
             # Opened first: whatever fails from here on is recorded on this run's child.
             rid = run_id or open_child(cfg, parent_run_id, inp.setting_name, inp.row)
         check_stages(cfg, stages)
-        from fedcore.tracking.pipeline_runs import TASK_TAG
-
         if stage != stages[0]:
             _require_checkpoint(Path(checkpoint_in) if checkpoint_in is not None else None)
         resume = checkpoint_in if stage != stages[0] else None
@@ -100,12 +107,6 @@ def whole_run(inp: RunInputs, dataset: Any, report_dir: str | Path, tracking_dir
               figures_dir: str | Path) -> Any:
     """One sweep slot in one task (the local sweep's folded shape): every stage of the slot's
     method into `out_dir`, each resuming the one before, then its evaluation; returns the Evaluation."""
-    import time
-
-    from fedcore.pipeline import evaluation
-    from fedcore.pipeline.done import done_line
-    from fedcore.pipeline.runs import fail_run, parent_of
-
     start = time.monotonic()
     cfg = resolve(inp)
     method, seed = slot_of(inp.methods, inp.seeds, inp.slot, inp.slots)
@@ -128,9 +129,6 @@ def whole_run(inp: RunInputs, dataset: Any, report_dir: str | Path, tracking_dir
 
 def _on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], trainjob: dict[str, Any], label: str,
                  api: dict[str, Any]) -> None:
-    from fedcore.pipeline.resources import PipelineResources, check_accelerators
-    from fedcore.pipeline.trainjob_stage import run_on_trainjob
-
     res = PipelineResources.model_validate(trainjob)
     check_accelerators(res, cfg.train.device)  # the run-time config may have changed the device
     run_on_trainjob(cfg, spec, res, spec["out_dir"], label=label or spec["stage"], **api)
@@ -138,10 +136,6 @@ def _on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], trainjob: dict[str
 
 def stage_processes(cfg: ExperimentConfig) -> int:
     """One process per visible GPU when the stage trains on CUDA, else one."""
-    import torch
-
-    from fedcore.models import resolve_device
-
     return torch.cuda.device_count() if resolve_device(cfg.train.device).type == "cuda" else 1
 
 
@@ -149,8 +143,6 @@ def stage_outputs(run_dir: str | Path, verdicts: str | Path | None = None,
                   labels: str | Path | None = None) -> dict[str, Any]:
     """Publish what a stage decided: the client verdicts (JSON) and the relabeled working
     labels (labels.npz plus a summary), from the beliefs the run wrote; returns their metadata."""
-    from fedcore.engine.beliefs import BELIEFS_FILE, LABELS_FILE
-
     run_dir = Path(run_dir)
     beliefs = json.loads((run_dir / BELIEFS_FILE).read_text()) if (run_dir / BELIEFS_FILE).is_file() else {}
     meta: dict[str, Any] = {}
@@ -188,8 +180,7 @@ def plot_metric(records: list[dict[str, Any]]) -> str:
 def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep") -> str:
     """Mean ± std over the seeds of one config per (method, setting): writes compare.md/.json/.png,
     returns the Markdown table (with a note for labels that hold several configs)."""
-    from fedcore.reporting.compare import comparison_rows, group_records, merge_notes
-    from fedcore.reporting.plots import compare_figure, save
+    from fedcore.reporting.plots import save
 
     if not rows:
         raise ArtifactError("no finished runs to compare; every run of the sweep failed or was skipped")
@@ -234,8 +225,6 @@ def stage_task(inp: RunInputs, stage: str, stages: list[str], label: str, datase
     """What every stage component does: run the stage into `checkpoint` (artifact paths in;
     `dataset` is the input artifact, whose URI names the run's dataset source); returns
     (the stage's finite summary for its Metrics, the checkpoint's metadata, the run id)."""
-    from fedcore.pipeline.runs import parent_of
-
     cfg, rid = run_stage(inp, stage, stages, dataset.path, previous, checkpoint, parent_of(tracking), run_id, label,
                          getattr(dataset, "uri", "") or "", trainjob=trainjob)
     summary = json.loads((Path(checkpoint) / "metrics.json").read_text())["summary"]

@@ -18,11 +18,24 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedcore import safe_yaml
-from fedcore.bench.grid import VARIANTS
-from fedcore.bench.sweepfile import SweepScene
 from fedcore.config import ExperimentConfig
 from fedcore.errors import ConfigError
+from fedcore.methods.registry import VARIANTS, build_method
 from fedcore.registries import config_from_dict
+from fedcore.tracking.base import noise_label, run_name_for
+
+
+class SweepScene(BaseModel):
+    """The grid scene a bench's sweep file was tuned and chosen on."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="the grid's scene name")
+    config: str = Field("", description="the scene's base config, as the bench found it")
+    set: list[str] = Field(default_factory=list, description="every method's overrides: the scene's set, the "
+                           "bench's --set, the validation split")
+    seed_keys: list[str] = Field(default_factory=list, description="keys set to the run's seed as well")
+    federation: dict[str, Any] = Field(default_factory=dict, description="data/partition/noise keys (dotted) "
+                                       "that `set` gave on `config`, less bench.sweepfile.NOT_FEDERATION and seed_keys")
 
 
 class SweepSpec(BaseModel):
@@ -127,8 +140,6 @@ def stage_names(cfg: ExperimentConfig) -> tuple[str, ...]:
 
 def stage_shape(cfg: ExperimentConfig) -> StageShape:
     """The method's stages as the task graph needs them: name and what each yields."""
-    from fedcore.methods.registry import build_method
-
     return tuple((s.name, tuple(sorted(s.yields))) for s in build_method(cfg).stages)
 
 
@@ -139,7 +150,7 @@ def shared_data(cfg: ExperimentConfig) -> ExperimentConfig:
 
 def method_overrides(base: ExperimentConfig, method: str) -> list[str]:
     """The switch from base's method to `method`, a registered method or a built-in variant (fedgr-robust:
-    fedgr with its fixed params, `fedcore.bench.grid.VARIANTS`)."""
+    fedgr with its fixed params, `fedcore.methods.registry.VARIANTS`)."""
     variant = VARIANTS.get(method)
     if variant is not None:
         return [*method_overrides(base, variant.method), *variant.set]
@@ -155,8 +166,6 @@ def method_switch(base_method: str, method: str) -> list[str]:
 
 def sweep_axes(base: ExperimentConfig, spec: SweepSpec) -> tuple[list[str], list[int], dict[str, list[str]]]:
     """(methods, seeds, settings) of a sweep; empty parts of the spec take the config's own."""
-    from fedcore.tracking.base import noise_label
-
     return (spec.methods or [base.method.name], spec.seeds or [base.seed],
             {k: list(v) for k, v in spec.settings.items()} or {noise_label(base): []})
 
@@ -170,8 +179,6 @@ def run_overrides(base: ExperimentConfig, setting: list[str] | tuple[str, ...], 
 
 def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
     """Settings x methods x seeds, each run's config validated; stages per method."""
-    from fedcore.tracking.base import run_name_for
-
     methods, seeds, settings = sweep_axes(base, spec)
     only = _check_setting_methods(spec.setting_methods, methods, settings)
     own = _check_method_overrides(spec.method_overrides, methods)

@@ -19,7 +19,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from fedcore.config import ExperimentConfig
+from fedcore.engine.callbacks import Callback, EarlyStopping
+from fedcore.engine.distributed import init_distributed, launch, shutdown
+from fedcore.io import download_dir, read_bytes, upload_dir
+from fedcore.models import resolve_device
+from fedcore.registries import config_from_dict
+from fedcore.run import run_experiment
+from fedcore.tracking import make_tracker
+from fedcore.tracking.callback import TrackingCallback
 
 
 def stage_callbacks(cfg: ExperimentConfig, run_id: str, keep_open: bool, main: bool = True,
@@ -29,13 +39,8 @@ def stage_callbacks(cfg: ExperimentConfig, run_id: str, keep_open: bool, main: b
 
     Same callbacks in the same order in every stage: checkpoints restore their state by position.
     """
-    from fedcore.engine.callbacks import Callback, EarlyStopping
-
     callbacks: list[Any] = [EarlyStopping(cfg.train.early_stop_patience)] if cfg.train.early_stop_patience else []
     if cfg.tracking.backend != "none":
-        from fedcore.tracking import make_tracker
-        from fedcore.tracking.callback import TrackingCallback
-
         tracked = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"run_id": run_id})})
         callbacks.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), tracked, keep_open=keep_open,
                                           tags=tags, data_source=data_source)
@@ -45,8 +50,6 @@ def stage_callbacks(cfg: ExperimentConfig, run_id: str, keep_open: bool, main: b
 
 def launch_stage(cfg: ExperimentConfig, nproc: int, spec: dict[str, Any]) -> None:
     """Run the stage `spec` describes on `nproc` local ranks; raise when one of them failed."""
-    from fedcore.engine.distributed import launch
-
     with tempfile.TemporaryDirectory(prefix="fedcore-stage-") as tmp:
         path = Path(tmp) / "spec.json"
         path.write_text(json.dumps({**spec, "config": cfg.to_yaml(), "config_hash": cfg.config_hash()}))
@@ -57,13 +60,6 @@ def launch_stage(cfg: ExperimentConfig, nproc: int, spec: dict[str, Any]) -> Non
 
 
 def main(spec_path: str) -> None:
-    import yaml
-
-    from fedcore.engine.distributed import init_distributed, shutdown
-    from fedcore.io import read_bytes
-    from fedcore.models import resolve_device
-    from fedcore.registries import config_from_dict
-
     spec = json.loads(read_bytes(spec_path))
     cfg = config_from_dict(yaml.safe_load(spec["config"]))
     if cfg.config_hash() != spec["config_hash"]:
@@ -81,8 +77,6 @@ def main(spec_path: str) -> None:
 
 def _run(cfg: ExperimentConfig, spec: dict[str, Any], out_dir: str, resume: str | None, info: Any,
          main_rank: bool) -> None:
-    from fedcore.run import run_experiment
-
     run_experiment(cfg, out_dir, data=spec["data_dir"], resume=resume, stages=[spec["stage"]],
                    callbacks=stage_callbacks(cfg, spec["run_id"], spec["keep_open"], main=main_rank,
                                              **spec.get("tracking", {})), dist=info)
@@ -91,8 +85,6 @@ def _run(cfg: ExperimentConfig, spec: dict[str, Any], out_dir: str, resume: str 
 def _run_remote(cfg: ExperimentConfig, spec: dict[str, Any], info: Any, main_rank: bool) -> None:
     """A TrainJob rank: the nodes share no disk, so rank 0 (the only reader of the checkpoint and
     the only writer) stages the previous run dir from S3 and uploads the new one at the end."""
-    from fedcore.io import download_dir, upload_dir
-
     with tempfile.TemporaryDirectory(prefix="fedcore-rank-") as tmp:
         resume = spec["resume"]
         if resume is not None and main_rank:

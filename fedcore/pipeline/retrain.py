@@ -16,10 +16,15 @@ from typing import Any
 import torch
 
 from fedcore.config import ExperimentConfig
+from fedcore.data.federated import FederatedDataset
 from fedcore.errors import ConfigError, DataError, UserError
 from fedcore.io import latest_under, write_bytes
+from fedcore.metrics.scoring import Evaluator
+from fedcore.models import build_model, resolve_device
 from fedcore.pipeline.plan import require_served_model
 from fedcore.registries import config_from_dict
+from fedcore.run import make_context
+from fedcore.tracking.registry import ModelRegistry
 
 METRIC = "test/acc"  # single-label runs; multi-label runs are scored on MULTI_METRIC
 MULTI_METRIC = "test/mAP"
@@ -58,10 +63,6 @@ def decide(candidate: float, champion: float | None, metric: str = METRIC, min_d
 
 def score_state_dict(cfg: ExperimentConfig, fed: Any, state_dict: dict[str, torch.Tensor]) -> dict[str, float]:
     """Test metrics of a `cfg.model` with these weights on `fed`'s test split."""
-    from fedcore.metrics.scoring import Evaluator
-    from fedcore.models import build_model, resolve_device
-    from fedcore.run import make_context
-
     device = resolve_device(cfg.train.device)
     ctx = make_context(cfg, fed, device)
     model = build_model(cfg.model, ctx.store.in_shape, fed.num_classes, seed=cfg.seed)
@@ -87,9 +88,6 @@ def champion_score(registry: Any, name: str, cfg: ExperimentConfig, fed: Any) ->
 def champion_decision(cfg: ExperimentConfig, model_name: str, run_id: str, data_dir: str | Path,
                       run_dir: str | Path, out_dir: str | Path, min_delta: float = 0.0) -> dict[str, Any]:
     """Score candidate and champion alike, register the candidate, promote it only if it wins."""
-    from fedcore.data.federated import FederatedDataset
-    from fedcore.tracking.registry import ModelRegistry
-
     if cfg.tracking.backend == "none" or not run_id:
         raise ConfigError("retrain registers models in MLflow; set tracking.backend: mlflow")
     require_served_model(cfg)  # a run-time override can still turn it off after compiling

@@ -15,23 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.config import ExperimentConfig
-from fedcore.errors import ArtifactError
+from fedcore.errors import ArtifactError, TrackingError, UserError
 from fedcore.io import write_bytes
+from fedcore.pipeline.inputs import parse_config
+from fedcore.tracking import make_tracker
+from fedcore.tracking.base import noise_label, run_name_for, source_tags, standard_tags
+from fedcore.tracking.pipeline_runs import FAILED_PREFIX, JOB_TAG, TASK_TAG, close_pipeline_run, source_of, tag_run
 
 MAX_NAME = 250  # MLflow shows long run names cut anyway
 
 
 def tracker_for(cfg: ExperimentConfig) -> Any:
-    from fedcore.tracking import make_tracker
-
     return make_tracker(cfg.tracking, Path.cwd())
 
 
 def parent_name(pipeline: str, cfg: ExperimentConfig, methods: list[str] | None = None,
                 settings: list[str] | None = None) -> str:
     """e.g. `fedsir · sym 0.4 · digits`, `sweep · fedavg, fedprox · noisy, clean · digits`."""
-    from fedcore.tracking.base import noise_label
-
     setting = ", ".join(settings) if settings else noise_label(cfg)
     method = ", ".join(methods) if methods else cfg.method.name
     head = [] if pipeline == "experiment" else [pipeline]
@@ -41,9 +41,6 @@ def parent_name(pipeline: str, cfg: ExperimentConfig, methods: list[str] | None 
 def start_tracking(cfg: ExperimentConfig, pipeline: str, out: str | Path, job_id: str = "",
                    methods: list[str] | None = None, settings: list[str] | None = None) -> str:
     """Open the pipeline run's parent MLflow run; write and return its id ('' without tracking)."""
-    from fedcore.tracking.base import source_tags
-    from fedcore.tracking.pipeline_runs import JOB_TAG
-
     rid = ""
     if cfg.tracking.backend != "none":
         tags = {"pipeline": pipeline, "dataset": cfg.data.name, "config_hash": cfg.config_hash(),
@@ -69,9 +66,6 @@ def open_child(cfg: ExperimentConfig, parent_run_id: str, setting: str, row: str
     the parent's Source tags (a task's own command line means nothing to a reader). row: the
     sweep row when it is a variant (fedgr-robust), tagged `row` and named so, as fedgr and
     fedgr-robust runs of one sweep would otherwise read alike."""
-    from fedcore.tracking.base import run_name_for, standard_tags
-    from fedcore.tracking.pipeline_runs import source_of
-
     tracker = tracker_for(cfg)
     row = row or cfg.method.name
     tags = {**standard_tags(cfg), "row": row, "setting": setting or "default", "fedcore.role": "child"}
@@ -108,7 +102,6 @@ def finish(cfg: ExperimentConfig, job_id: str, state: str, message: str = "",
     `fedcore.tracking.pipeline_runs`); {} without tracking."""
     if cfg.tracking.backend == "none":
         return {}
-    from fedcore.tracking.pipeline_runs import close_pipeline_run
 
     return close_pipeline_run(tracker_for(cfg), job_id, state == "SUCCEEDED", message, settings)
 
@@ -116,9 +109,6 @@ def finish(cfg: ExperimentConfig, job_id: str, state: str, message: str = "",
 def fail_run(cfg: ExperimentConfig, run_id: str, label: str, error: BaseException) -> None:
     """Mark a child run FAILED by task `label` (a task that died before or after its own
     tracking did); never raises over the original error."""
-    from fedcore.errors import TrackingError
-    from fedcore.tracking.pipeline_runs import TASK_TAG
-
     if not run_id or cfg.tracking.backend == "none":
         return
     try:
@@ -133,10 +123,6 @@ def fail_run(cfg: ExperimentConfig, run_id: str, label: str, error: BaseExceptio
 def note_failure(inp: Any, parent_run_id: str, label: str, error: BaseException) -> None:
     """Record on the parent that task `label` failed before it had a child run (its inputs
     were refused); the exit handler names it. Never raises over the original error."""
-    from fedcore.errors import UserError
-    from fedcore.pipeline.inputs import parse_config
-    from fedcore.tracking.pipeline_runs import FAILED_PREFIX, tag_run
-
     if not parent_run_id or not label:
         return
     for overrides in (inp.overrides, ()):  # the tracking settings, even if an override is what failed

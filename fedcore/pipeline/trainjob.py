@@ -13,7 +13,8 @@ ClusterTrainingRuntime, which starts `numNodes` pods and sets torchrun's PET_* v
 
 Validation is offline, against the TrainJob CRD's OpenAPI schema vendored in
 fedcore/deploy/schemas/ (Kubeflow Trainer v2.3.0; see the schema's `$comment` and
-scripts/vendor_trainjob_schema.py).
+scripts/vendor_trainjob_schema.py); `trainjob_problems` adds the stack's rules (limits, MLflow
+credentials from Secrets) for `fedcore deploy check`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fedcore.deploy.env import CLIENT_POD_LABEL, TRAINJOB_POD_LABEL
+from fedcore.deploy.env import CLIENT_POD_LABEL, MLFLOW_CLIENT_KEYS, TRAINJOB_POD_LABEL
+from fedcore.deploy.stack import from_secret
 from fedcore.pipeline.resources import CONFIG_MAP_KEYS, PipelineResources, secret_env
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -117,7 +119,7 @@ def validate_trainjob(obj: Mapping[str, Any]) -> list[str]:
 
     The CRD's CEL rules (x-kubernetes-validations) need an API server and are not checked.
     """
-    import jsonschema
+    import jsonschema  # lazy: not a declared dependency; offline checks only
 
     problems = []
     if obj.get("apiVersion") != API_VERSION or obj.get("kind") != "TrainJob":
@@ -126,4 +128,21 @@ def validate_trainjob(obj: Mapping[str, Any]) -> list[str]:
     for err in sorted(validator.iter_errors(dict(obj)), key=lambda e: list(e.absolute_path)):
         where = ".".join(str(p) for p in err.absolute_path) or "(root)"
         problems.append(f"{where}: {err.message}")
+    return problems
+
+
+def trainjob_problems(tj: Mapping[str, Any]) -> list[str]:
+    """Schema, limits and credentials of a TrainJob (its trainer is not a pod spec)."""
+    name = f"TrainJob/{tj.get('metadata', {}).get('name')}"
+    trainer = (tj.get("spec") or {}).get("trainer") or {}
+    res = trainer.get("resourcesPerNode") or {}
+    problems = [f"{name}: {p}" for p in validate_trainjob(tj)]
+    for part in ("requests", "limits"):
+        missing = {"cpu", "memory"} - set(res.get(part) or {})
+        if missing:
+            problems.append(f"{name}: resourcesPerNode.{part} lacks {', '.join(sorted(missing))}")
+    env = trainer.get("env") or []
+    problems += [f"{name}: env {e['name']} is a literal; use secretKeyRef" for e in env
+                 if "value" in e and e["name"] in (*MLFLOW_CLIENT_KEYS, "AWS_SECRET_ACCESS_KEY")]
+    problems += [f"{name}: {k} not from a secretKeyRef" for k in MLFLOW_CLIENT_KEYS if not from_secret(env, k)]
     return problems

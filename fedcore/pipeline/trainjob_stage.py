@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fedcore.config import ExperimentConfig
+from fedcore.engine.interrupt import terminate_as_interrupt
 from fedcore.errors import UserError
+from fedcore.io import download_dir, upload_dir, write_bytes
 from fedcore.pipeline.resources import PipelineResources
 from fedcore.pipeline.trainjob import API_VERSION, stage_trainjob
 
@@ -58,7 +60,7 @@ class CustomObjects(Protocol):
 
 def in_cluster_api() -> tuple[CustomObjects, str]:
     """The CustomObjectsApi of the pod's service account and the pod's namespace."""
-    from kubernetes import client, config
+    from kubernetes import client, config  # lazy: the cluster client, for a TrainJob stage only
 
     try:
         config.load_incluster_config()
@@ -163,8 +165,6 @@ def owner_reference(env: Mapping[str, str] = os.environ) -> dict[str, Any] | Non
 
 def stage_inputs(prefix: str, data_dir: str | Path, resume: str | Path | None) -> tuple[str, str | None]:
     """Upload the dataset artifact and the previous run dir under `prefix`; their s3:// URIs."""
-    from fedcore.io import upload_dir
-
     data_uri = f"{prefix}/data"
     upload_dir(data_dir, data_uri)
     resume_uri = None
@@ -179,9 +179,6 @@ def run_on_trainjob(cfg: ExperimentConfig, spec: dict[str, Any], res: PipelineRe
                     **wait: Any) -> str:
     """Run the stage `spec` (ranks.py's fields, with local data_dir/resume) as a TrainJob of
     `res.workers` nodes and download its run dir into `out_dir`; returns the job's name."""
-    from fedcore.engine.interrupt import terminate_as_interrupt
-    from fedcore.io import download_dir, write_bytes
-
     if api is None:
         api, namespace = in_cluster_api()
     namespace = namespace or "default"

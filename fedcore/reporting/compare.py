@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from rich.text import Text
 
 from fedcore.errors import ArtifactError
 from fedcore.stats.summary import mean_std
+from fedcore.tracking.base import flatten_dict
 
 COLUMNS = [
     ("final/acc_last10", "acc last10"), ("final/acc", "acc final"), ("final/acc_best", "acc best"),
@@ -42,8 +43,6 @@ SHOWN_KEYS = 3  # differing keys named in a label; the rest are counted
 
 def flat_config(data: dict[str, Any]) -> dict[str, str]:
     """A config dict flattened the way runs log it as MLflow params."""
-    from fedcore.tracking.base import flatten_dict
-
     return flatten_dict(data)
 
 
@@ -182,8 +181,6 @@ def budget_notes(records: list[dict[str, Any]], by: str = "method") -> list[str]
     """A warning when the rows of one table trained on different budgets (training rounds or local
     epochs): a method given twice the rounds is not compared with the others. It names only the rows
     off the most common budget, so the odd ones out stand out."""
-    from collections import Counter
-
     budgets = {label: sorted({budget_of(r) for r in recs}) for label, recs in group_records(records, by).items()}
     if len({b for bs in budgets.values() for b in bs}) < 2:
         return []

@@ -16,7 +16,11 @@ from typing import Any
 from rich.console import Console
 
 from fedcore.errors import TrackingError, UserError
+from fedcore.reporting.compare import budget_notes, group_records, merge_notes
+from fedcore.reporting.plots import compare_figure, save
 from fedcore.stats.summary import mean_std
+from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, quiet_store_setup, resolve_uri
+from fedcore.tracking.transport import temp_env
 
 PLOT_METRIC = "final/acc_last10"
 MULTI_PLOT_METRIC = "final/mAP_last10"
@@ -60,10 +64,7 @@ def require_store(experiment: str, uri: str) -> None:
 
 def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]]:
     """One record per finished child run: method, setting, seed, run id and its final metrics."""
-    import mlflow
-
-    from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, quiet_store_setup, resolve_uri
-    from fedcore.tracking.transport import temp_env
+    import mlflow  # lazy: MLflow takes seconds; for an MLflow read only
 
     tracking_uri, _ = resolve_uri(uri, Path.cwd())
     require_store(experiment, tracking_uri)
@@ -76,7 +77,9 @@ def load_records(experiment: str, uri: str | None = None) -> list[dict[str, Any]
         if exp is None:
             raise UserError(f"no MLflow experiment '{experiment}' at {tracking_uri}; "
                             "check the name (tracking.experiment) or MLFLOW_TRACKING_URI")
-        from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+        from mlflow.tracking._tracking_service.utils import (
+            _use_tracking_uri,  # lazy: MLflow takes seconds; for an MLflow read only
+        )
 
         # Scoped: a process-wide set_tracking_uri would redirect later fluent calls (pyfunc.load_model).
         # Leaving the scope sets the URI back to None, which drops MLFLOW_TRACKING_URI from os.environ:
@@ -112,8 +115,6 @@ def compare_experiment(experiment: str, console: Console, uri: str | None = None
                        out_dir: str | Path | None = None) -> Path | None:
     """Print the table of `experiment` and, given `out_dir`, write its bar chart there; returns the PNG
     path. Without `out_dir` nothing is written: comparing only reads (issue 71, read-only commands)."""
-    from fedcore.reporting.compare import budget_notes, group_records, merge_notes
-    from fedcore.reporting.plots import compare_figure, save
     from fedcore.reporting.terminal import console_table
 
     records = load_records(experiment, uri)

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+from matplotlib.ticker import MaxNLocator
+
+from fedcore.io import atomic_write
 
 matplotlib.use("Agg")  # headless: pipeline pods and CI have no display
 
@@ -31,8 +34,6 @@ def curves_for(task: str) -> tuple[tuple[str, str], ...]:
 
 def save(fig: Figure, path: str | Path) -> Path:
     """Write `fig` as PNG via a temp file and rename, then release it."""
-    from fedcore.io import atomic_write
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -214,8 +215,6 @@ def band_figure(bands: dict[str, Band], ylabel: str, title: str = "", ref: float
 def integer_rounds(ax: Any) -> None:
     """Round ticks at whole rounds: a run of 3 rounds is not ticked at 1.5 and 2.5. Call it after
     plotting: a metric logged in one round gets a span of two rounds around it, which holds whole ones."""
-    from matplotlib.ticker import MaxNLocator
-
     lo, hi = ax.get_xlim()
     if hi - lo < 2:
         mid = (lo + hi) / 2

@@ -17,7 +17,9 @@ apart; seeds of one setting together). The page holds:
 from __future__ import annotations
 
 import csv
+import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,11 +27,14 @@ from typing import Any
 import numpy as np
 
 from fedcore.errors import ArtifactError, UserError
+from fedcore.io import atomic_write_bytes
 from fedcore.metrics.noise import rate_pearson_mae
-from fedcore.reporting import compare
+from fedcore.reporting import compare, plots
 from fedcore.reporting.compare import budget_notes, budget_of, group_key, group_records, load_run
+from fedcore.reporting.compare_mlflow import load_records as mlflow_records
 from fedcore.reporting.detection_table import detection_lines
 from fedcore.stats.summary import mean_std
+from fedcore.tracking.mlflow import resolve_uri
 
 SETTING_PREFIXES = ("data.", "partition.", "noise.")
 DETECTION = ("detect/client_precision", "detect/client_recall", "detect/client_f1",
@@ -129,8 +134,6 @@ def fedavg_reference(records: list[dict[str, Any]], short: str) -> dict[tuple, f
 def reference_line(records: list[dict[str, Any]], short: str) -> list[float]:
     """FedAvg's best round per seed for the plot's one line: on the setting most of the other runs
     share (a sweep's clean FedAvg reference is not the bar of its noisy runs)."""
-    from collections import Counter
-
     ref = fedavg_reference(records, short)
     others = Counter(setting_of(r) for r in records if r.get("method") != "fedavg")
     setting = others.most_common(1)[0][0] if others else None
@@ -195,8 +198,6 @@ def marks_of(groups: dict[str, list[dict[str, Any]]]) -> list[tuple[float, str]]
 
 def last_rates(record: dict[str, Any]) -> tuple[list[float], list[float]] | None:
     """(true, estimated) per-client noise rate at the last round that logged estimates, or None."""
-    import json
-
     series = rate_series(record["history"])
     scene = Path(record["path"]) / "scene.json"
     if not series or not scene.is_file():
@@ -211,9 +212,6 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, labels: Mappin
     """report.md and its figures under `out`; returns the report's path. labels: run dir -> its group's
     name (a bench names its rows 'ROW (default)' and 'ROW (tuned)', where config keys would make long,
     unreadable labels); without them runs group as `fedcore compare` groups them."""
-    from fedcore.io import atomic_write_bytes
-    from fedcore.reporting import plots
-
     records = load_records(run_dirs)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -296,10 +294,7 @@ def mlflow_runs(experiment: str, uri: str | None, cache: Path) -> list[Path]:
     """The finished fedcore runs of an MLflow experiment, as run-dir-shaped folders under `cache`
     (each run's logged metrics.json, history.csv, config.yaml and scene.json), so the page is made
     the same way from either source."""
-    import mlflow
-
-    from fedcore.reporting.compare_mlflow import load_records as mlflow_records
-    from fedcore.tracking.mlflow import resolve_uri
+    import mlflow  # lazy: MLflow takes seconds; for an MLflow read only
 
     records = mlflow_records(experiment, uri)
     if not records:

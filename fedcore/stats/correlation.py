@@ -141,7 +141,7 @@ def spectral_blocks(r: np.ndarray, num_blocks: int, seed: int) -> list[np.ndarra
         return [np.arange(c)]
     if g == c:
         return [np.array([i]) for i in range(c)]
-    from sklearn.cluster import SpectralClustering
+    from sklearn.cluster import SpectralClustering  # lazy: scikit-learn adds ~2 s to start-up
 
     a = np.abs(np.nan_to_num(np.asarray(r, dtype=np.float64)))
     a = 0.5 * (a + a.T)

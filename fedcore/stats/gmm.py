@@ -51,8 +51,7 @@ def clean_posterior(
     if len(x) < 2 or np.allclose(x.std(axis=0), 0.0):
         mean = x.mean(axis=0) if len(x) else np.zeros(x.shape[1])
         return np.ones(len(x)), np.stack([mean, mean])
-    # Imported here: scikit-learn costs ~2 s of start-up in every pipeline task that only validates.
-    from sklearn.mixture import GaussianMixture
+    from sklearn.mixture import GaussianMixture  # lazy: sklearn adds ~2 s to every task that only validates
 
     gmm = GaussianMixture(
         n_components=2, covariance_type=covariance_type, n_init=n_init, reg_covar=reg_covar,
@@ -75,7 +74,7 @@ def bic_pair(values: np.ndarray, seed: int, reg_covar: float = 1e-6, max_iter: i
     x = np.asarray(values, dtype=float).reshape(-1, 1)
     if len(x) < 3 or np.allclose(x.std(), 0.0):
         return 0.0, 0.0
-    from sklearn.mixture import GaussianMixture  # lazily, as in clean_posterior
+    from sklearn.mixture import GaussianMixture  # lazy: scikit-learn adds ~2 s to start-up
 
     kw = {"reg_covar": reg_covar, "max_iter": max_iter, "tol": tol, "random_state": seed}
     return (float(GaussianMixture(n_components=1, **kw).fit(x).bic(x)),

@@ -24,7 +24,7 @@ def lid_mle(points: np.ndarray, k: int = 20, eps: float = 1e-12, block_entries: 
     row blocks of about `block_entries` entries (256 MB by default), so a large client never
     holds the whole n x n matrix.
     """
-    from scipy.spatial.distance import cdist  # lazily: see fedcore.stats.gmm
+    from scipy.spatial.distance import cdist  # lazy: scipy.spatial adds start-up; LID alone needs it
 
     x = np.asarray(points, dtype=np.float64)
     n = len(x)

@@ -77,7 +77,7 @@ def init_mixture(z: np.ndarray, g: int, rng: np.random.Generator, kappa0: float 
     With fewer samples than components the remaining directions are random (they get
     little weight after the first M-step).
     """
-    from sklearn.cluster import kmeans_plusplus
+    from sklearn.cluster import kmeans_plusplus  # lazy: scikit-learn adds ~2 s to start-up
 
     n, d = z.shape
     k = min(g, n)

@@ -26,7 +26,7 @@ def clean_probability(loss: np.ndarray, seed: int, max_iter: int = 10) -> np.nda
     x = np.asarray(loss, dtype=float)
     span = x.max() - x.min() if len(x) else 0.0
     scaled = (x - x.min()) / span if span > 0 else np.zeros_like(x)
-    from sklearn.exceptions import ConvergenceWarning  # lazily: see fedcore.stats.gmm
+    from sklearn.exceptions import ConvergenceWarning  # lazy: scikit-learn adds ~2 s to start-up
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

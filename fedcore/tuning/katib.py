@@ -22,7 +22,10 @@ from typing import Any
 from fedcore.config import ExperimentConfig
 from fedcore.deploy.env import CLIENT_POD_LABEL, DATASET_CACHE_MOUNT
 from fedcore.pipeline.resources import CONFIG_MAP_KEYS, PipelineResources, secret_env
-from fedcore.tuning.space import Dim
+from fedcore.pipeline.trainjob import stage_trainjob, strict
+from fedcore.registries import load_config
+from fedcore.tuning.space import Dim, search_space
+from fedcore.tuning.study import OBJECTIVES
 
 API_VERSION = "kubeflow.org/v1beta1"
 SCHEMA = Path(__file__).resolve().parents[1] / "deploy" / "schemas" / "katib-experiment.v1beta1.json"
@@ -120,9 +123,7 @@ def experiment_schema() -> dict[str, Any]:
 
 def validate_experiment(obj: dict[str, Any]) -> list[str]:
     """Problems of an Experiment against the vendored schema, strict (unknown fields refused)."""
-    import jsonschema
-
-    from fedcore.pipeline.trainjob import strict
+    import jsonschema  # lazy: not a declared dependency; offline checks only
 
     problems = []
     if obj.get("apiVersion") != API_VERSION or obj.get("kind") != "Experiment":
@@ -136,3 +137,16 @@ def validate_experiment(obj: dict[str, Any]) -> list[str]:
         if tp.get("reference") not in names:
             problems.append(f"trialParameter {tp.get('name')} refers to no parameter ({tp.get('reference')})")
     return problems
+
+
+def workloads(config: str = "configs/quickstart.yaml") -> list[dict[str, Any]]:
+    """What fedcore creates at run time, rendered from `config`: a two-node stage's TrainJob, and
+    the Katib Experiment (with its ConfigMap) of `fedcore deploy katib`; `fedcore deploy check` holds
+    them to the stack's rules."""
+    res = PipelineResources(workers=2)
+    objects = [stage_trainjob("fedcore-check-stage", "s3://fedcore/trainjobs/check/spec.json", res)]
+    cfg = load_config(config, ["data.validation.fraction=0.1"])
+    dims = search_space(cfg, None)
+    objects += experiment(cfg, cfg.to_yaml(), dims, OBJECTIVES["last10"].format(m="score"), 4, res,
+                          katib_name(f"fedcore-tune-{cfg.method.name}"), 2, None)
+    return objects

@@ -9,6 +9,11 @@ tune run in one go would have drawn, so a grid killed and resumed ends with the 
 
 from __future__ import annotations
 
+import base64
+
+import numpy as np
+import optuna
+
 SAMPLER_STATE = "sampler_state"  # a trial's user attr: the sampler's generators after its draw
 
 
@@ -17,8 +22,6 @@ def resume_sampler(study, seed: int) -> None:
     mid-run is drawn again, then the points an uninterrupted tune would have drawn (the sampler
     ignores failed trials, so it sees the same history). A study from before the state was kept
     gets a generator seeded past the trials it holds, so it draws no point twice."""
-    import optuna
-
     trials = study.get_trials(deepcopy=False)
     done = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
     if not done:  # nothing counted yet: the seed's own stream, from its start
@@ -29,8 +32,6 @@ def resume_sampler(study, seed: int) -> None:
 
 
 def new_sampler(seed: int):
-    import optuna
-
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
 
 
@@ -45,10 +46,6 @@ def _generators(sampler) -> list | None:
 
 def sampler_state(sampler) -> list[dict] | None:
     """The sampler's generator states, JSON-safe (Optuna user attrs are JSON)."""
-    import base64
-
-    import numpy as np
-
     if (gens := _generators(sampler)) is None:
         return None
     states = []
@@ -61,10 +58,6 @@ def sampler_state(sampler) -> list[dict] | None:
 
 def restore_sampler_state(sampler, states: list[dict]) -> bool:
     """Put `sampler_state`'s output back; False (nothing changed) if it does not fit this sampler."""
-    import base64
-
-    import numpy as np
-
     gens = _generators(sampler)
     if gens is None or len(gens) != len(states):
         return False

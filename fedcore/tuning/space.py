@@ -15,6 +15,8 @@ from pydantic import BaseModel
 
 from fedcore.config import ExperimentConfig, TrainConfig
 from fedcore.errors import ConfigError
+from fedcore.methods.registry import get_method, validate_method_config
+from fedcore.reporting.config_diff import flatten
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,6 @@ def declared(model: type[BaseModel], optimizer: str | None = None) -> dict[str, 
 
 def full_space(cfg: ExperimentConfig) -> list[Dim]:
     """Every declared dimension for this config: train.* first, then method.params.*."""
-    from fedcore.methods.registry import get_method
-
     dims = [Dim(f"train.{d.path}", d.low, d.high, d.log, d.integer)
             for d in declared(TrainConfig, cfg.train.optimizer).values()]
     dims += [Dim(f"method.params.{d.path}", d.low, d.high, d.log, d.integer)
@@ -102,9 +102,6 @@ def default_point(cfg: ExperimentConfig, dims: list[Dim]) -> dict[str, float | i
     """The config's own values of the dims, {path: value}: the point a tune started at its default tries
     first, so that its best can only be this setting or one that beat it on the tuning seed's validation.
     A value outside its range is refused: the sampler would have to score a point it can never draw."""
-    from fedcore.methods.registry import validate_method_config
-    from fedcore.reporting.config_diff import flatten
-
     # method.params holds only what the config sets; the method's params class has the rest.
     values = flatten({**cfg.model_dump(), "method": {"params": validate_method_config(cfg).model_dump()}})
     out: dict[str, float | int] = {}

@@ -28,10 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 from fedcore.config import ExperimentConfig
+from fedcore.data.federated import FederatedDataset
 from fedcore.engine.callbacks import Callback
 from fedcore.errors import ConfigError, DivergedError, UserError
-from fedcore.io import atomic_write_bytes, run_dir_lock
+from fedcore.io import atomic_write, atomic_write_bytes, run_dir_lock
+from fedcore.methods.registry import build_method
+from fedcore.registries import load_config
+from fedcore.reporting.config_diff import describe_diff
+from fedcore.reporting.progress import trial_progress
+from fedcore.run import load_or_build_data, run_experiment
 from fedcore.tuning.sampler import SAMPLER_STATE, new_sampler, resume_sampler, sampler_state
 from fedcore.tuning.space import Dim, as_overrides, default_point, search_space, suggest
 from fedcore.tuning.tracking import Parent
@@ -82,8 +90,6 @@ def base_overrides(req: TuneRequest, cfg: ExperimentConfig, say) -> list[str]:
 
 def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str, prune: bool, warmup: int,
                start_at_default: bool = False):
-    import optuna
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pruner = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=warmup) if prune \
         else optuna.pruners.NopPruner()
@@ -115,8 +121,6 @@ def open_study(out: Path, cfg: ExperimentConfig, dims: list[Dim], objective: str
 
 def _identity_diff(stored: dict, stored_config: dict | None, identity: dict, config: dict) -> str:
     """'train.rounds: 3 (tune) vs 4; --param: [...] (tune) vs [...]': what differs, by key."""
-    from fedcore.reporting.config_diff import describe_diff
-
     if stored_config is None:  # a tune dir from before configs were stored: only whether they differ is known
         same = stored["config_hash"] == identity["config_hash"]
         stored_config, config = ({}, {}) if same else ({"config": "another, not recorded"}, {"config": "this one"})
@@ -129,8 +133,6 @@ def _identity_diff(stored: dict, stored_config: dict | None, identity: dict, con
 
 def counted(study) -> tuple[int, int]:
     """(finished trials, of which pruned): what counts towards --trials."""
-    import optuna
-
     states = [t.state for t in study.get_trials(deepcopy=False)]
     pruned = states.count(optuna.trial.TrialState.PRUNED)
     return states.count(optuna.trial.TrialState.COMPLETE) + pruned, pruned
@@ -138,8 +140,6 @@ def counted(study) -> tuple[int, int]:
 
 def run_tune(req: TuneRequest, say=print) -> dict[str, Any]:
     """Run (or resume) the tune until `req.trials` trials have finished; returns tune.json's content."""
-    from fedcore.registries import load_config
-
     if req.objective not in OBJECTIVES:
         raise ConfigError(f"--objective '{req.objective}': choose one of {', '.join(OBJECTIVES)}")
     if req.trials < 1:
@@ -174,8 +174,6 @@ def prune_warmup(cfg: ExperimentConfig) -> int:
     """Rounds before the pruner may stop a trial: a fifth of the run, counted from the end of the
     last stage whose scores predict nothing (not evaluated, or not `comparable`: SSL pretraining,
     one client's model), so that no trial is stopped on noise."""
-    from fedcore.methods.registry import build_method
-
     stages = build_method(cfg).stages
     start = done = 0
     for s in stages:
@@ -187,9 +185,6 @@ def prune_warmup(cfg: ExperimentConfig) -> int:
 
 def trial_data(cfg: ExperimentConfig, out: Path, data: str | None):
     """The one dataset artifact of every trial: --data, or OUT/data prepared once."""
-    from fedcore.data.federated import FederatedDataset
-    from fedcore.run import load_or_build_data
-
     if data is not None:
         return load_or_build_data(cfg, data)
     path = out / "data"
@@ -199,12 +194,6 @@ def trial_data(cfg: ExperimentConfig, out: Path, data: str | None):
 
 
 def run_trials(req, overrides, dims, study, fed, metric, tracking, say) -> None:
-    import optuna
-
-    from fedcore.registries import load_config
-    from fedcore.reporting.progress import trial_progress
-    from fedcore.run import run_experiment
-
     done, _ = counted(study)
     with trial_progress(req.trials, done, enabled=req.progress) as bar:
         while done < req.trials:
@@ -241,8 +230,6 @@ def _best_value(study) -> float | None:
 
 def finish(req, overrides, dims, study, metric, out: Path) -> dict[str, Any]:
     """tune.json, best.yaml and the figures from the study."""
-    from fedcore.registries import load_config
-
     n, pruned = counted(study)
     if _best_value(study) is None:
         raise UserError(f"none of the {n} trials in '{out}' finished: every one was pruned or diverged; narrow "
@@ -265,14 +252,11 @@ def finish(req, overrides, dims, study, metric, out: Path) -> dict[str, Any]:
 
 def write_figures(study, out: Path) -> list[str]:
     """Optuna's optimization history and param importances as PNGs (importances need 2 finished trials)."""
-    import matplotlib
+    import matplotlib  # lazy: only a tune's end draws; the backend is chosen before pyplot loads
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import optuna
-    import optuna.visualization.matplotlib as ovm
-
-    from fedcore.io import atomic_write
+    import matplotlib.pyplot as plt  # lazy: after matplotlib.use('Agg')
+    import optuna.visualization.matplotlib as ovm  # lazy: it loads matplotlib, after Agg is chosen
 
     written = []
     for name, plot in (("optimization_history", ovm.plot_optimization_history),

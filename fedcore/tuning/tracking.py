@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.config import ExperimentConfig
+from fedcore.tracking import make_tracker
+from fedcore.tracking.base import source_tags
+from fedcore.tracking.callback import TrackingCallback, command_line
 
 PARENT_ATTR = "mlflow_parent_run_id"
 
@@ -21,9 +24,6 @@ class Parent:
         self.cfg, self.study, self.tracker, self.run_id = cfg, study, None, None
         if cfg.tracking.backend == "none":
             return
-        from fedcore.tracking import make_tracker
-        from fedcore.tracking.base import source_tags
-        from fedcore.tracking.callback import command_line
 
         self.tracker = make_tracker(cfg.tracking, Path.cwd())
         tags = {"fedcore.role": "parent", "pipeline": "tune", "method": cfg.method.name,
@@ -46,8 +46,6 @@ class Parent:
     def callbacks(self, cfg: ExperimentConfig) -> list[Any]:
         if self.run_id is None:
             return []
-        from fedcore.tracking import make_tracker
-        from fedcore.tracking.callback import TrackingCallback
 
         return [TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), cfg, None,
                                  tags={"tune.parent": self.run_id})]

@@ -49,8 +49,7 @@ def _job(tmp_path, name: str, row: str):
 
 
 def test_a_resumed_grid_is_paced_on_the_jobs_an_earlier_invocation_finished(tmp_path):
-    from fedcore.bench.eta import load_time, time_file
-    from fedcore.reporting.progress import grid_progress
+    from fedcore.bench.eta import grid_progress, load_time, time_file
 
     slow = [_job(tmp_path, f"s{i}", "dividemix") for i in range(3)]
     fast = [_job(tmp_path, f"s{i}", "fedavg") for i in range(3)]

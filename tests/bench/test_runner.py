@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from fedcore.bench.eta import grid_progress
 from fedcore.bench.plan import Job
 from fedcore.bench.runner import executor
-from fedcore.reporting.progress import grid_progress
 
 ROOT = Path(__file__).resolve().parents[2]
 

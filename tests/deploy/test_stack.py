@@ -16,12 +16,9 @@ from fedcore import cli
 from fedcore.cli.deploy import katib_problems, workload_problems
 from fedcore.deploy import env
 from fedcore.deploy import k8s as deploy
-from fedcore.deploy.stack import (
-    client_credential_problems,
-    mlflow_auth_problems,
-    trainjob_problems,
-    workloads,
-)
+from fedcore.deploy.stack import client_credential_problems, mlflow_auth_problems
+from fedcore.pipeline.trainjob import trainjob_problems
+from fedcore.tuning.katib import workloads
 
 from .conftest import K8S, containers, find
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,6 @@ import torch
 from torchvision import models as tvm
 from torchvision.models.vision_transformer import VisionTransformer
 
-import fedcore
 from fedcore.config import ModelConfig
 from fedcore.errors import ArtifactError, ConfigError
 from fedcore.models import FedModel, available_models, build_model, resolve_device
@@ -169,9 +166,7 @@ def test_s3_weights_go_through_storage_download(tmp_path: Path, monkeypatch: pyt
         calls.append(uri)
         shutil.copy(tmp_path / "w.pt", local_path)
 
-    fake = types.SimpleNamespace(download_file=download_file)
-    monkeypatch.setitem(sys.modules, "fedcore.io", fake)
-    monkeypatch.setattr(fedcore, "io", fake, raising=False)
+    monkeypatch.setattr("fedcore.models.weights.download_file", download_file)
 
     dst = _build("mlp", (1, 8, 8), seed=2, weights="s3://bucket/models/w.pt")
 

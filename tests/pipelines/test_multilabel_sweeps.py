@@ -25,7 +25,8 @@ def _capture_compare_figure(monkeypatch) -> dict:
         seen.update(labels=list(labels), means=list(means), metric=metric)
         return real(labels, means, stds, metric)
 
-    monkeypatch.setattr(plots, "compare_figure", spy)
+    for user in (ops, compare_mlflow):  # the modules that draw it (each imports it by name)
+        monkeypatch.setattr(user, "compare_figure", spy)
     return seen
 
 
