@@ -118,10 +118,30 @@ def torchrun_argv(nproc: int, module: str, args: Sequence[str]) -> list[str]:
             "-m", module, *args]
 
 
-def launch(nproc: int, module: str, args: Sequence[str]) -> int:
+STOP_GRACE_S = 30.0  # what Kubernetes gives a pod between SIGTERM and SIGKILL by default
+
+
+def launch(nproc: int, module: str, args: Sequence[str], grace: float = STOP_GRACE_S) -> int:
     """Run `nproc` local ranks of `python -m module args` and wait: torchrun's exit code
-    (non-zero when any rank failed; torchrun then stops the others)."""
-    return subprocess.run(torchrun_argv(nproc, module, args), check=False).returncode
+    (non-zero when any rank failed; torchrun then stops the others).
+
+    When the wait is interrupted (Ctrl-C, or SIGTERM raised as `Terminated` by the caller's
+    handler), torchrun gets SIGTERM, which it passes to the ranks, and up to `grace` seconds to
+    end (then SIGKILL); the interruption is raised again. Ctrl-C reaches torchrun through the
+    terminal's process group, but a SIGTERM sent to the launcher alone does not: without this
+    the ranks trained on, holding the run dir's lock, after the launcher had gone."""
+    proc = subprocess.Popen(torchrun_argv(nproc, module, args))
+    try:
+        return proc.wait()
+    except BaseException:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        raise
 
 
 def shutdown(info: DistInfo | None) -> None:
