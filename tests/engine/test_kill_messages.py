@@ -76,7 +76,7 @@ def stop(signum, frame):
     sys.exit(143)
 signal.signal(signal.SIGTERM, stop)
 (here / "ranks-started").write_text("")
-time.sleep(300)
+time.sleep(60)
 """
 LAUNCHER = """import sys
 from fedcore import cli
