@@ -115,8 +115,11 @@ def _quiet(log_path: Path, plan: TaskPlan, echo: bool) -> Iterator[None]:
         # The project image is the one this environment was installed from; kfp cannot know that.
         warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
         sink = Echo(log, sys.stdout if echo else None, plan)
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            yield
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                yield
+        finally:
+            sink.drain()  # a last line without its newline still counts
 
 
 @dataclass
