@@ -171,7 +171,7 @@ def _progress_lines(costs: dict[Any, float], eta: Any, finished: Callable[[Any, 
     return done
 
 
-# What a run costs before this grid has timed any, from the costs docs/results/tuning.md states
+# What a run costs before this grid has timed any, from the costs lab/results/tuning.md states
 # ("The cost": measured on two shared cores, one thread each, batched executor) for its Fashion-MNIST
 # MLP presets, configs/fmnist/*.yaml: 10,000 training images (data.max_train), 40-50 rounds of 5
 # local epochs, every client every round. Seconds of one run, the middle of each stated range:

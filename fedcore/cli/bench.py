@@ -119,7 +119,7 @@ def print_todo(jobs: list, workers: int, out: Path) -> None:
         return
     left = time_left(eta.left())
     if left and not eta.measured:  # nothing timed in OUT yet: the stated per-method costs, scaled
-        left += (" at the per-method costs docs/results/tuning.md states, scaled by rounds, epochs and "
+        left += (" at the per-method costs lab/results/tuning.md states, scaled by rounds, epochs and "
                  "images (a rough guess until a job of this OUT has been timed)")
     console.print(f"{units:g} units to run (a run is one, a tune its trials left) with --jobs {workers}; "
                   + (left or "no time measured yet in this OUT (each job's time is kept as it ends)"),

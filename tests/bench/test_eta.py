@@ -87,16 +87,28 @@ def test_before_any_job_is_timed_the_stated_costs_give_the_estimate():
     assert TimeLeft({"run": 1}, {"run": "a"}, stated={}).left() is None
 
 
+def _tiny_grid(tmp_path, methods=("fedavg", "fedprox")):
+    """lab/grids/tiny.yaml's shape, here so that the product's tests do not read the lab's files."""
+    import yaml
+
+    grid = {"scenes": {"quickstart-tiny": {"config": "configs/quickstart.yaml", "set": [
+        "train.rounds=3", "train.device=cpu", "tracking.backend=none", "train.memorization=false"]}},
+        "methods": list(methods), "trials": 2, "tuning_seed": 100, "seeds": [0], "validation_fraction": 0.1}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    return str(path)
+
+
 def test_the_stated_pace_scales_each_rows_stated_cost_by_its_work(tmp_path):
     from fedcore.bench.eta import STATED_RUN_S, STATED_TRIAL_RUNS, STATED_WORK, stated_pace
     from fedcore.bench.grid import load_grid
     from fedcore.bench.plan import plan_grid
 
-    grid = load_grid("experiments/grids/tiny.yaml", methods=["fedavg", "coteaching"])
-    first, after = plan_grid(grid, tmp_path, [])
+    grid = load_grid(_tiny_grid(tmp_path, ["fedavg", "coteaching"]))
+    first, after = plan_grid(grid, tmp_path / "out", [])
     jobs = [*first, *(j for js in after.values() for j in js)]
     pace = stated_pace(jobs)
-    # tiny.yaml: configs/quickstart.yaml (2 local epochs, every client, no max_train) for 3 rounds.
+    # the tiny grid: configs/quickstart.yaml (2 local epochs, every client, no max_train) for 3 rounds.
     work = 3 * 2 * 1.0 * 10_000
     run = {j.row: pace[j] for j in jobs if j.kind == "run"}
     assert run["fedavg"] == pytest.approx(STATED_RUN_S["fedavg"] * work / STATED_WORK)
@@ -109,7 +121,7 @@ def test_a_dry_run_on_a_fresh_out_estimates_the_time_from_the_stated_costs(tmp_p
     # Issue 71: it said "no time measured yet" until a job had run.
     from fedcore import cli
 
-    cli.main(["bench", "experiments/grids/tiny.yaml", "--out", str(tmp_path / "out"), "--dry-run"])
+    cli.main(["bench", _tiny_grid(tmp_path), "--out", str(tmp_path / "out"), "--dry-run"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "8 units to run" in out and "left at the per-method costs docs/results/tuning.md states" in out
+    assert "8 units to run" in out and "left at the per-method costs lab/results/tuning.md states" in out
     assert "no time measured" not in out and not (tmp_path / "out").exists()

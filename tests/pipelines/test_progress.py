@@ -79,11 +79,16 @@ def test_two_tasks_lines_met_in_one_still_count_twice_and_a_last_line_without_ne
 
 
 def test_the_bench_plan_counts_every_task_and_its_tunes_and_runs_report_themselves(tmp_path):
+    import yaml
+
     from fedcore.bench.grid import load_grid
     from fedcore.registries import load_config
     from pipelines.bench import build
 
-    grid = load_grid("experiments/grids/tiny.yaml")
+    path = tmp_path / "tiny.yaml"  # lab/grids/tiny.yaml's shape: one scene, two methods, one seed
+    path.write_text(yaml.safe_dump({"scenes": {"quickstart-tiny": {"config": "configs/quickstart.yaml"}},
+                                    "methods": ["fedavg", "fedprox"], "trials": 2, "seeds": [0]}))
+    grid = load_grid(path)
     plan = task_plan(build(grid, load_config("configs/quickstart.yaml")))
     # start-tracking, data, 2 tunes, 2 tuned runs, 2 default runs, merge-rows, choose, finish-tracking
     assert plan.total == 11
