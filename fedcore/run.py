@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from fedcore.config import ExperimentConfig, late_defaults
+from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import FederatedDataset, scene_report
 from fedcore.engine.batched import make_executor
@@ -44,7 +44,7 @@ from fedcore.methods.registry import build_method
 from fedcore.metrics.classification import at_val_best, summarize_history
 from fedcore.metrics.scoring import Evaluator, LocalMemorization, Scorer
 from fedcore.models import resolve_device
-from fedcore.reporting.config_diff import describe_diff, resume_mismatch
+from fedcore.reporting.config_diff import resume_mismatch
 from fedcore.reporting.report import run_figures
 
 
@@ -77,7 +77,7 @@ def artifact_mismatch(meta: dict[str, Any], cfg: ExperimentConfig) -> str:
         recorded = ExperimentConfig.model_validate(meta["config"]).data_identity()
     except (KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
         return hashes
-    diff = describe_diff(recorded, cfg.data_identity(), "artifact", defaults=late_defaults())
+    diff = resume_mismatch(recorded, cfg.data_identity(), was="artifact")  # a key left at its default is none
     return hashes if diff == "no key differs" else diff
 
 

@@ -53,11 +53,12 @@ def describe_diff(before: Mapping[str, Any], after: Mapping[str, Any], was: str 
     return "; ".join(shown) + (f"; and {len(rest)} more ({', '.join(rest)})" if rest else "")
 
 
-def resume_mismatch(recorded: Mapping[str, Any] | None, current: Mapping[str, Any]) -> str:
+def resume_mismatch(recorded: Mapping[str, Any] | None, current: Mapping[str, Any], was: str = "run") -> str:
     """What a checkpoint's recorded config (None: a checkpoint from before they recorded one)
-    differs in from the config resuming it (both `ExperimentConfig.resume_dict()`)."""
+    differs in from the config resuming it (both `ExperimentConfig.resume_dict()`); also what a
+    dataset artifact's recorded federation differs in (`data_identity()`, was="artifact")."""
     if recorded is None:
         return "it predates checkpoints that record their config, so the keys cannot be named"
     # A resume_dict leaves out a later field at its default (data.validation, train.grad_clip): the
     # side without it holds that default, not "unset".
-    return describe_diff(recorded, current, "run", defaults=late_defaults())
+    return describe_diff(recorded, current, was, defaults=late_defaults())
