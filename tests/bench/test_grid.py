@@ -33,7 +33,8 @@ def _fails(argv: list[str], capsys) -> str:
 
 
 @pytest.mark.parametrize(("changes", "extra", "says"), [
-    ({"methods": ["fedavg", "fedsirr"]}, [], "unknown method 'fedsirr'"),
+    ({"methods": ["fedavg", "fedsirr"]}, [], "unknown method 'fedsirr' (did you mean 'fedsir'?); choose"),
+    ({"methods": ["fedgr-robst"]}, [], "unknown method 'fedgr-robst' (did you mean 'fedgr-robust'?)"),
     ({}, ["--methods", "fedavg,nope"], "unknown method 'nope'"),
     ({"variants": {"fedgr-clean": {"method": "fedgr", "set": ["noise.type=none"]}}, "methods": ["fedgr-clean"]}, [],
      "variant 'fedgr-clean' changes the data its scene shares between methods (noise.type=none)"),
