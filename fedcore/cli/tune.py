@@ -75,8 +75,8 @@ def tune(
 
 def interrupted(err: KeyboardInterrupt, out: Path):
     """The one line and exit code of a tune stopped by a signal: the trials it kept and how to go on."""
-    from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
-    from fedcore.errors import Interrupted
+    from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line  # lazy: CLI start-up
+    from fedcore.errors import Interrupted  # lazy: CLI start-up
 
     sig = stop_signal(err)
     kept = sum(1 for _ in (out / "trials").glob("*/metrics.json"))  # each finished trial's run dir
