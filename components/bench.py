@@ -23,11 +23,17 @@ def bench_tune(grid: str, overrides: list, scene: str, item: dict, data: Input[D
                tune: Output[Artifact]) -> str:
     """The `fedcore tune` of item's row on the tuning seed; returns `[its record]` (JSON)."""
     import json
+    import time
 
     from fedcore.bench.tasks import tune as run_tune
+    from fedcore.pipeline.done import done_line
 
+    start = time.monotonic()
     record = run_tune(grid, overrides, scene, str(item["row"]), data.path, tune.path)
     tune.metadata.update(best_value=record["tune"]["best_value"], n_trials=record["tune"]["n_trials"])
+    # kfp.local names a loop's iterations alike: this line says which tune ended (pipelines/progress.py).
+    print(done_line(str(item["row"]), scene, False, time.monotonic() - start,
+                    f"tune, {record['tune']['n_trials']} trials"), flush=True)
     return json.dumps([record])
 
 
@@ -37,13 +43,18 @@ def bench_run(grid: str, overrides: list, scene: str, item: dict, data: Input[Da
               rows: str = "[]", seed: int = -1) -> str:
     """One default or tuned run (item: row, setting and seed, or `seed`); returns `rows` plus its row (JSON)."""
     import json
+    import time
 
     from fedcore.bench.tasks import run as bench_run
+    from fedcore.pipeline.done import done_line
     from fedcore.pipeline.runs import parent_of
 
+    start = time.monotonic()
     item = {**item, "seed": seed} if seed >= 0 else item
     row = bench_run(grid, overrides, scene, item, data.path, run.path, tune.path if tune is not None else None,
                     parent_of(tracking.path))
+    what = f"{row['setting']} s{row['seed']}" + (", diverged" if row.get("diverged") else "")
+    print(done_line(row["method"], scene, row["setting"] == "tuned", time.monotonic() - start, what), flush=True)
     return json.dumps([*json.loads(rows), row])
 
 

@@ -11,6 +11,7 @@ model.name, method.name) exists is the registries' business (`fedcore.registries
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -41,6 +42,13 @@ def _finite_tree(tree: Any, path: str = "") -> Any:
 
 
 Params = Annotated[dict[str, Any], AfterValidator(_finite_tree)]
+
+
+def did_you_mean(word: Any, choices: Any, prefix: str = "") -> str:
+    """" (did you mean 'train.rounds'?)" for the choice nearest `word` (difflib's ratio of 0.6 or more,
+    `prefix` put before it), '' when none is that near: a typo gets its fix, a wild guess no noise."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
+    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
 
 
 def tune_range(low: float, high: float, log: bool = False,
@@ -269,12 +277,10 @@ class ExperimentConfig(Strict):
         their defaults (data.validation, train.grad_clip, train.fused_adam): an artifact or run prepared before
         they existed keeps its data_hash and config_hash, so `--data` and `--resume` still accept it."""
         d = self.to_dict()
-        if d["data"]["validation"] == ValidationConfig().model_dump(mode="json"):
-            del d["data"]["validation"]
-        if d["train"]["grad_clip"] is None:
-            del d["train"]["grad_clip"]
-        if not d["train"]["fused_adam"]:
-            del d["train"]["fused_adam"]
+        for section, fields in late_defaults().items():
+            for key, default in fields.items():
+                if d[section][key] == default:
+                    del d[section][key]
         return d
 
     def digested(self) -> dict[str, Any]:
@@ -296,12 +302,17 @@ class ExperimentConfig(Strict):
         """Seed of the partition and noise scene."""
         return self.seed if self.data.seed is None else self.data.seed
 
-    def data_hash(self) -> str:
-        """Digest of what determines the FederatedDataset (data, partition, noise, data seed)."""
+    def data_identity(self) -> dict[str, Any]:
+        """What determines the FederatedDataset (data, partition, noise, data seed): what data_hash
+        digests, and what a refused `--data` names the differing keys of."""
         d = self.hashed_dict()
         payload = {k: d[k] for k in ("data", "partition", "noise")}
         payload["data"] = {**payload["data"], "seed": self.data_seed, "cache_dir": None}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        return payload
+
+    def data_hash(self) -> str:
+        """Digest of data_identity()."""
+        return hashlib.sha256(json.dumps(self.data_identity(), sort_keys=True).encode()).hexdigest()[:16]
 
     def resume_dict(self) -> dict[str, Any]:
         """Everything a checkpoint depends on: round budgets may grow, tracking may change."""
@@ -313,3 +324,11 @@ class ExperimentConfig(Strict):
 
     def resume_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.resume_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def late_defaults() -> dict[str, Any]:
+    """The fields `hashed_dict` leaves out where they hold these defaults, nested as in to_dict(): a
+    config without one of them means its default, which a diff of two configs must know to say
+    'no difference' rather than '0 (run) vs unset'."""
+    return {"data": {"validation": ValidationConfig().model_dump(mode="json")},
+            "train": {"grad_clip": None, "fused_adam": False}}

@@ -8,25 +8,83 @@ parses here, then runs their one `validate(cfg)` step.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from fedcore import safe_yaml
-from fedcore.config import ExperimentConfig
+from fedcore.config import ExperimentConfig, did_you_mean
 from fedcore.errors import ConfigError
 
 
-def _format_error(err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "config"
-    msg = first["msg"]
+def _format_error(err: ValidationError, data: Any) -> str:
+    where, msg, more = validation_problem(err, ExperimentConfig, data)
+    extra = f" (and {more} more)" if more else ""
+    return f"invalid config at '{where or 'config'}': {msg}{extra}"
+
+
+def validation_problem(err: ValidationError, model: type[BaseModel], data: Any,
+                       prefix: str = "") -> tuple[str, str, int]:
+    """(dotted place, what is wrong, how many other places are wrong) of the first problem pydantic
+    found validating `data` against `model`; `prefix` ('method.params.') is how the user spells
+    `model`'s place. Places read as the user wrote them: pydantic's union tags ('forget_rate.float')
+    are left out, and the tries of a union at one place are one problem ('a number or 'noise_rate'')."""
+    by_place: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for e in err.errors():
+        by_place.setdefault(_user_loc(e["loc"], data), []).append(e)
+    loc, errors = next(iter(by_place.items()))
+    return prefix + ".".join(str(p) for p in loc), _problem(loc, errors, model, prefix), len(by_place) - 1
+
+
+def _user_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """`loc` less the parts that name no key of `data`: a union member's tag (`float`,
+    `literal['noise_rate']`, a model's class name). The last part stays when it is a key the user
+    gave that the schema lacks, or one it needs that the user left out."""
+    out, node = [], data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and (part in node or i == len(loc) - 1):
+            out.append(part)
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+        elif not isinstance(node, dict):  # a value: what follows are tags of its union's members
+            break
+    return tuple(out)
+
+
+def _problem(loc: tuple[Any, ...], errors: list[dict[str, Any]], model: type[BaseModel], prefix: str) -> str:
+    first = errors[0]
     if first["type"] == "extra_forbidden":
-        msg = "unknown key (check the spelling; `fedcore config show` lists valid keys)"
-    extra = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"invalid config at '{loc}': {msg}{extra}"
+        fields = _fields_at(model, loc[:-1])
+        hint = did_you_mean(loc[-1], fields, prefix + "".join(f"{p}." for p in loc[:-1]))
+        return f"unknown key{hint}" if hint else \
+            "unknown key (check the spelling; `fedcore config show` lists valid keys)"
+    if len(errors) > 1:  # a union's members, each refusing: one sentence of what would do
+        wants = [e["msg"].removeprefix("Input should be ") for e in errors]
+        msg = "Input should be " + " or ".join(dict.fromkeys(wants)) + f" (got {first['input']!r})"
+    else:
+        msg = first["msg"]
+    choices = [c for e in errors if e["type"] == "literal_error"
+               for c in re.findall(r"'([^']*)'", e.get("ctx", {}).get("expected", ""))]
+    return msg + (did_you_mean(first["input"], choices) if choices and isinstance(first["input"], str) else "")
+
+
+def _fields_at(model: type[BaseModel] | None, path: tuple[Any, ...]) -> list[str]:
+    """The field names of the section at `path` under `model`; [] where the schema has no model."""
+    for part in path:
+        field = model.model_fields.get(str(part)) if model is not None else None
+        model = _model_of(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for a in get_args(annotation) if (m := _model_of(a)) is not None), None)
 
 
 def _parse_value(raw: str) -> Any:
@@ -101,7 +159,7 @@ def parse_config_dict(data: dict[str, Any], overrides: list[str] | None = None) 
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_error(err)) from None
+        raise ConfigError(_format_error(err, data)) from None
 
 
 def parse_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedcore.config import ExperimentConfig
+from fedcore.config import ExperimentConfig, did_you_mean
 from fedcore.config_parse import parse_config, parse_config_dict
 from fedcore.data.datasets import available_datasets, dataset_params, reads_root
 from fedcore.errors import ConfigError
@@ -32,11 +32,12 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     for key, name, known in (("data.name", cfg.data.name, available_datasets()),
                              ("model.name", cfg.model.name, available_models())):
         if name not in known:
-            raise ConfigError(f"unknown {key} '{name}'; choose one of: {', '.join(known)}")
+            raise ConfigError(f"unknown {key} '{name}'{did_you_mean(name, known)}; choose one of: {', '.join(known)}")
     reads = dataset_params(cfg.data.name)
     unknown = sorted(set(cfg.data.params) - reads) if reads is not None else []
     if unknown:
-        raise ConfigError(f"{cfg.data.name}: unknown data.params {unknown}; valid: {sorted(reads)}")
+        hint = did_you_mean(unknown[0], reads, "data.params.")
+        raise ConfigError(f"{cfg.data.name}: unknown data.params {unknown}{hint}; valid: {sorted(reads)}")
     _check_stage_rounds(cfg)
     return cfg
 
@@ -58,7 +59,7 @@ def _check_stage_rounds(cfg: ExperimentConfig) -> None:
     for key in foreign:
         if key not in known:
             raise ConfigError(f"invalid config at 'train.stage_rounds.{key}': method '{cfg.method.name}' has no "
-                              f"stage '{key}'; its stages are {names}")
+                              f"stage '{key}'{did_you_mean(key, names)}; its stages are {names}")
 
 
 def _stage_names_of_every_method(cfg: ExperimentConfig) -> set[str]:

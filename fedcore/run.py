@@ -62,11 +62,23 @@ def load_or_build_data(cfg: ExperimentConfig, data: str | Path | FederatedDatase
         return build_federated_dataset(cfg)
     fed = data if isinstance(data, FederatedDataset) else FederatedDataset.load(data)
     if fed.meta.get("data_hash") != cfg.data_hash():
-        raise ConfigError(
-            f"the dataset artifact was prepared from a different data/partition/noise/seed config "
-            f"({fed.meta.get('data_hash')} != {cfg.data_hash()}); prepare it from this config or set data.seed"
-        )
+        what = f"--data '{data}'" if isinstance(data, str | Path) else "the dataset artifact"
+        raise ConfigError(f"{what} was prepared for another federation than this config's "
+                          f"({artifact_mismatch(fed.meta, cfg)}); prepare one from this config (`fedcore data "
+                          "prepare CONFIG --out DIR`, with the same --set), or run without --data to build it")
     return fed
+
+
+def artifact_mismatch(meta: dict[str, Any], cfg: ExperimentConfig) -> str:
+    """The keys of data, partition, noise and data seed in which an artifact's recorded config differs
+    from `cfg`; only the two hashes when the artifact's config no longer reads (an older schema)."""
+    hashes = f"data_hash {meta.get('data_hash')} (artifact) vs {cfg.data_hash()}"
+    try:
+        recorded = ExperimentConfig.model_validate(meta["config"]).data_identity()
+    except (KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
+        return hashes
+    diff = resume_mismatch(recorded, cfg.data_identity(), was="artifact")  # a key left at its default is none
+    return hashes if diff == "no key differs" else diff
 
 
 def make_context(cfg: ExperimentConfig, fed: FederatedDataset, device: torch.device) -> RunContext:

@@ -18,13 +18,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedcore.pipeline.done import describe, parse_done
+from fedcore.pipeline.done import MARK, describe, parse_done
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TASK_START = re.compile(r"Executing task '?([\w-]+)'?")
 _TASK_DONE = re.compile(r"Task '?([\w-]+)'? finished with status (\w+)")
-# The folded sweep's one task per run (components.train_evaluate): it reports itself.
-_RUN_COMPONENT = re.compile(r"^comp-train-evaluate(-\d+)?$")
+# Tasks that print their own line (fedcore.pipeline.done), named by method, setting and seconds, since
+# a loop's iterations share one task name: the folded sweep's one task per run (components.train_evaluate),
+# and the bench's tunes and runs (components.bench).
+_RUN_COMPONENT = re.compile(r"^comp-(train-evaluate|bench-tune|bench-run)(-\d+)?$")
 
 
 @dataclass
@@ -81,6 +83,19 @@ def _count(spec: Any, dag: Any, inputs: dict[str, Any]) -> int | None:
     return total
 
 
+def _done_runs(line: str) -> list[tuple[int, dict[str, Any]]]:
+    """(position, run) of every `fedcore.pipeline.done` line in `line`, followed by anything or not."""
+    found = []
+    for m in re.finditer(re.escape(MARK) + " ", line):
+        try:
+            run, _ = json.JSONDecoder().raw_decode(line, m.end())
+        except ValueError:
+            continue
+        if parse_done(f"{MARK} {json.dumps(run)}") is not None:  # the fields a done line has
+            found.append((m.start(), run))
+    return found
+
+
 class Echo(io.TextIOBase):
     """Everything kfp.local prints goes to `log`; one numbered line per finished task to `console`."""
 
@@ -100,19 +115,35 @@ class Echo(io.TextIOBase):
         return len(text)
 
     def _line(self, line: str) -> None:
-        if (run := parse_done(line)) is not None:
-            self._say(describe(run))
-        elif m := _TASK_DONE.search(line):
-            tid, status = m.group(1), m.group(2).lower()
-            starts = self.started.get(tid, [])
-            # Timed only when one task of that id is running: loop iterations share an id.
-            seconds = f", {time.monotonic() - starts[0]:.1f} s" if len(starts) == 1 else ""
-            if starts:
-                starts.pop(0)
-            if not (status == "success" and tid in self.plan.self_reporting):
-                self._say(f"{self.plan.names.get(tid, tid)}: {status}{seconds}")
-        elif m := _TASK_START.search(line):
-            self.started[m.group(1)].append(time.monotonic())
+        # Every event of the line, in order: a loop's iterations write from threads, so two tasks'
+        # lines can meet in one (one's text, then the other's, then the first one's newline); taking
+        # one event a line lost the other, and the count stopped short of its total.
+        events = [(m.start(), "done", m) for m in _TASK_DONE.finditer(line)]
+        events += [(m.start(), "start", m) for m in _TASK_START.finditer(line)]
+        events += [(at, "run", run) for at, run in _done_runs(line)]
+        for _, kind, found in sorted(events, key=lambda e: e[0]):
+            if kind == "run":
+                self._say(describe(found))
+            elif kind == "start":
+                self.started[found.group(1)].append(time.monotonic())
+            else:
+                self._task_done(found.group(1), found.group(2).lower())
+
+    def _task_done(self, tid: str, status: str) -> None:
+        starts = self.started.get(tid, [])
+        # Timed only when one task of that id is running: loop iterations share an id.
+        seconds = f", {time.monotonic() - starts[0]:.1f} s" if len(starts) == 1 else ""
+        if starts:
+            starts.pop(0)
+        if not (status == "success" and tid in self.plan.self_reporting):
+            self._say(f"{self.plan.names.get(tid, tid)}: {status}{seconds}")
+
+    def drain(self) -> None:
+        """Take a last line that never got its newline (the stream ended on it)."""
+        with self.lock:
+            rest, self.buf = self.buf, ""
+            if rest:
+                self._line(_ANSI.sub("", rest))
 
     def _say(self, text: str) -> None:
         self.done += 1

@@ -20,7 +20,8 @@ from urllib.parse import urlparse
 
 import yaml
 
-from fedcore.errors import ArtifactError, UserError
+from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line
+from fedcore.errors import ArtifactError, Interrupted, UserError
 from fedcore.io import publish
 from pipelines.progress import Echo, TaskPlan, task_plan
 
@@ -115,8 +116,11 @@ def _quiet(log_path: Path, plan: TaskPlan, echo: bool) -> Iterator[None]:
         # The project image is the one this environment was installed from; kfp cannot know that.
         warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
         sink = Echo(log, sys.stdout if echo else None, plan)
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            yield
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                yield
+        finally:
+            sink.drain()  # a last line without its newline still counts
 
 
 @dataclass
@@ -179,6 +183,11 @@ def run_local(pipeline: Any, root: str | Path, echo: bool = True, docker: Any = 
         cause = task_error(log, start)
         where = f"Cause: {cause}; see {log}" if cause else f"See {log}"
         raise UserError(f"{text} {where} for the task's traceback") from None
+    except KeyboardInterrupt as err:  # Ctrl-C (SIGTERM as fedcore.errors.Terminated, where a handler set it)
+        sig = stop_signal(err)
+        raise Interrupted(f"{stopped_line(sig)} before the pipeline finished; the finished tasks' artifacts are "
+                          f"kept under {root / 'kfp'} and their logs in {log}, but a local run does not resume: the "
+                          "same command again runs the pipeline from its start", EXIT_CODES[sig]) from None
 
 
 def task_error(log: Path, start: int = 0) -> str | None:

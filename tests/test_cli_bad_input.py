@@ -174,6 +174,13 @@ HOSTILE_OVERRIDES = [
     ("data.params.bogus=1", "digits: unknown data.params ['bogus']; valid: ['split_seed']"),
     ("train.local_epochs=0", "'train.local_epochs': Input should be greater than or equal to 1"),
     ("method.params.mu=.nan", "'method.params.mu': Input should be a finite number"),
+    # Issue 71: the nearest key or value (difflib) for a typo.
+    ("train.round=3", "'train.round': unknown key (did you mean 'train.rounds'?)"),
+    ("noise.type=symetric", "'noise.type': Input should be 'none', 'symmetric'"),
+    ("noise.type=symetric", "(did you mean 'symmetric'?)"),
+    ("data.name=digts", "unknown data.name 'digts' (did you mean 'digits'?); choose one of"),
+    ("method.params.muu=0.1", "'method.params.muu': unknown key (did you mean 'method.params.mu'?)"),
+    ("train.stage_rounds.trian=3", "has no stage 'trian' (did you mean 'train'?)"),
 ]
 
 
@@ -188,6 +195,21 @@ def test_a_hostile_config_file_is_refused_in_one_line(tmp_path, capsys, name, co
 def test_a_hostile_override_is_refused_in_one_line(capsys, override, message):
     extra = ["--set", "method.name=fedprox"] if override.startswith("method.params") else []
     assert message in _fails(["config", "show", CONFIG, *extra, "--set", override], capsys)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("method.params.forget_rate=abc", "invalid config at 'method.params.forget_rate': Input should be a valid number, "
+     "unable to parse string as a number or 'noise_rate' (got 'abc') (method 'coteaching')"),
+    ("method.name=coteachin", "unknown method 'coteachin' at 'method.name' (did you mean 'coteaching'?)"),
+])
+def test_a_method_param_error_reads_as_the_user_wrote_it(capsys, override, message):
+    # Issue 71: pydantic's union tags ('forget_rate.float') are no place a user wrote.
+    err = _fails(["config", "show", CONFIG, "--set", "method.name=coteaching", "--set", override], capsys)
+    assert message in err and ".float" not in err
+
+
+def test_a_far_off_key_gets_no_guess(capsys):
+    assert "unknown key (check the spelling" in _fails(["config", "show", CONFIG, "--set", "train.zzzzzz=1"], capsys)
 
 
 def test_a_yaml_timestamp_in_a_string_field_stays_the_string_written():

@@ -33,3 +33,15 @@ def test_a_key_only_one_side_has_reads_unset():
 def test_a_checkpoint_without_a_recorded_config_says_so():
     assert resume_mismatch(None, {"a": 1}).startswith("it predates checkpoints that record their config")
     assert resume_mismatch({"a": 1}, {"a": 2}) == "a: 1 (run) vs 2"
+
+
+def test_a_key_one_side_leaves_at_its_default_is_no_difference():
+    # Issue 71: a resume_dict leaves data.validation out at its default; the run that set only the
+    # fraction differs in the fraction, not in server_clean (0 both ways).
+    from fedcore.config_parse import parse_config_dict
+
+    run = parse_config_dict({}, ["data.validation.fraction=0.1"]).resume_dict()
+    now = parse_config_dict({}).resume_dict()
+    assert resume_mismatch(run, now) == "data.validation.fraction: 0.1 (run) vs 0.0"
+    assert config_diff({"a": {"b": 0}}, {}, defaults={"a": {"b": 0}}) == []
+    assert config_diff({"a": {"b": 1}}, {}, defaults={"a": {"b": 0}}) == [("a.b", 1, 0)]

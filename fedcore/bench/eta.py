@@ -28,17 +28,28 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fedcore.bench.plan import is_done
 from fedcore.io import atomic_write_bytes
+from fedcore.methods.registry import build_method
+from fedcore.registries import load_config
 
 
 class TimeLeft:
-    """costs: job -> progress units still to do (a finished job counts 0); workers: jobs at once."""
+    """costs: job -> progress units still to do (a finished job counts 0); workers: jobs at once;
+    stated: job -> seconds a unit of it takes by a stated cost (`stated_pace`), the estimate before
+    any job of the grid has been timed."""
 
-    def __init__(self, costs: Mapping[Hashable, float], row: Mapping[Hashable, str], workers: int = 1) -> None:
+    def __init__(self, costs: Mapping[Hashable, float], row: Mapping[Hashable, str], workers: int = 1,
+                 stated: Mapping[Hashable, float] | None = None) -> None:
         self.pending = {j: c for j, c in costs.items() if c > 0}
         self.row = row
         self.workers = max(workers, 1)
+        self.stated = dict(stated or {})
         self.seconds: dict[str, float] = {}
         self.units: dict[str, float] = {}
+
+    @property
+    def measured(self) -> bool:
+        """Whether left() is paced on timed jobs (else on the stated costs, or unknown)."""
+        return bool(self.units)
 
     def add_past(self, row: str, seconds: float, units: float) -> None:
         """A job of `row` that an earlier invocation finished: `units` of work in `seconds`."""
@@ -51,9 +62,12 @@ class TimeLeft:
         self.add_past(self.row[job], seconds, self.pending.pop(job, 0.0))
 
     def left(self) -> float | None:
-        """Seconds the pending jobs still need, spread over the workers; None before any pace is known."""
+        """Seconds the pending jobs still need, spread over the workers; before any job is timed, at the
+        stated costs (None without them)."""
         if not self.units:
-            return None
+            if not self.stated or any(j not in self.stated for j in self.pending):
+                return None
+            return sum(c * self.stated[j] for j, c in self.pending.items()) / self.workers
         overall = sum(self.seconds.values()) / sum(self.units.values())
         pace = {r: self.seconds[r] / self.units[r] for r in self.units}
         need = sum(c * pace.get(self.row[j], overall) for j, c in self.pending.items())
@@ -80,11 +94,12 @@ def load_time(out: Path) -> tuple[float, float] | None:
         return None
 
 
-def grid_eta(jobs: Sequence[Any], workers: int = 1) -> tuple[dict[Any, float], TimeLeft]:
+def grid_eta(jobs: Sequence[Any], workers: int = 1, stated: bool = False) -> tuple[dict[Any, float], TimeLeft]:
     """(progress units each job still needs, a TimeLeft already paced on the finished jobs' saved times)
-    for a grid's jobs (`fedcore.bench.plan.Job`)."""
+    for a grid's jobs (`fedcore.bench.plan.Job`); `stated`: with `stated_pace` for a grid none of whose
+    jobs has been timed (it loads each row's config once)."""
     costs = {j: 0 if is_done(j) else j.cost for j in jobs}
-    eta = TimeLeft(costs, {j: j.row for j in jobs}, workers)
+    eta = TimeLeft(costs, {j: j.row for j in jobs}, workers, stated_pace(jobs) if stated else None)
     for j in jobs:
         if costs[j] == 0 and (past := load_time(j.out)) is not None:
             eta.add_past(j.row, *past)
@@ -154,3 +169,46 @@ def _progress_lines(costs: dict[Any, float], eta: Any, finished: Callable[[Any, 
         say(f"bench: {advanced[0]:g}/{total:g} {job.label} {status} ({spent} elapsed{', ' + left if left else ''})")
 
     return done
+
+
+# What a run costs before this grid has timed any, from the costs lab/results/tuning.md states
+# ("The cost": measured on two shared cores, one thread each, batched executor) for its Fashion-MNIST
+# MLP presets, configs/fmnist/*.yaml: 10,000 training images (data.max_train), 40-50 rounds of 5
+# local epochs, every client every round. Seconds of one run, the middle of each stated range:
+STATED_RUN_S = {
+    "fedavg": 37.5,        # "a FedAvg run of an MLP preset takes 30-45 s"
+    "fedgr-robust": 75.0,  # "FedGR `robust` and Co-teaching about twice that"
+    "coteaching": 75.0,
+    "fedrg": 120.0,        # "FedRG about 2 minutes"
+    "fedgr": 150.0,        # "FedGR `authors` about 2.5" (the presets' profile)
+    "dividemix": 210.0,    # "FL-DivideMix 2-5 minutes (sequential executor)"
+    "fedharmony": 90.0,    # "FedHarmony's CNN on mosaics 1-2" (minutes)
+}
+# The page states no time of its own for the other methods (FedProx, SCE, FedNoRo, FedCorr, FedSIR): each is
+# FedAvg's local training plus its own hooks, so FedAvg's cost is their floor, and theirs here.
+STATED_WORK = 45 * 5 * 10_000  # rounds x local epochs x training images of those runs
+# "A tune of 8 trials costs about 4-6 full runs": a trial, with pruning and early stopping, 5/8 of a run.
+STATED_TRIAL_RUNS = 5 / 8
+
+
+def stated_pace(jobs: Sequence[Any]) -> dict[Any, float]:
+    """job -> seconds a progress unit of it takes at the stated costs (STATED_RUN_S), scaled by its
+    config's work (rounds of every stage x local epochs x the clients' share x training images, the
+    presets' 10,000 where data.max_train sets no cap): a guess of the right order before anything
+    has run, not a measurement. Jobs of one (scene, row) share the first one's config."""
+    work: dict[tuple[str, str], tuple[str, float]] = {}
+    for j in jobs:
+        key = (j.scene, j.row)
+        if key not in work and (j.kind == "tune" or j.setting == "default"):  # a tuned run's best.yaml may not exist
+            cfg = load_config(j.config, list(j.overrides))
+            rounds = sum(s.rounds for s in build_method(cfg).stages)
+            images = cfg.data.max_train or 10_000
+            work[key] = (cfg.method.name, rounds * cfg.train.local_epochs * cfg.train.client_fraction * images)
+    pace = {}
+    for j in jobs:
+        if (j.scene, j.row) not in work:  # no config to read: left() gives no stated estimate
+            continue
+        method, units = work[(j.scene, j.row)]
+        run_s = STATED_RUN_S.get(j.row, STATED_RUN_S.get(method, STATED_RUN_S["fedavg"])) * units / STATED_WORK
+        pace[j] = run_s * (STATED_TRIAL_RUNS if j.kind == "tune" else 1.0)
+    return pace

@@ -25,6 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedcore import safe_yaml
+from fedcore.config import did_you_mean
 from fedcore.errors import ConfigError
 from fedcore.methods.registry import VARIANTS, Variant, available_methods
 
@@ -123,7 +124,8 @@ def check_grid(grid: Grid, shared: Sequence[str] = ()) -> None:
     for row in grid.methods:
         if grid.variant(row).method not in known:
             variants = sorted({*VARIANTS, *grid.variants})
-            raise ConfigError(f"unknown method '{row}'; choose a registered method ({', '.join(sorted(known))}) "
+            raise ConfigError(f"unknown method '{row}'{did_you_mean(row, [*known, *variants])}; choose a registered "
+                              f"method ({', '.join(sorted(known))}) "
                               f"or a variant ({', '.join(variants)})")
         if bad := keys_under(grid.variant(row).set, DATA_KEYS):
             raise ConfigError(f"variant '{row}' changes the data its scene shares between methods ({', '.join(bad)}); "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.bench.grid import Grid, Scene
+from fedcore.errors import ConfigError
 from fedcore.pipeline.plan import method_switch
 from fedcore.registries import load_config
 
@@ -119,12 +120,25 @@ def plan_grid(grid: Grid, out: Path, cli_set: list[str]) -> tuple[list[Job], dic
     for name, scene in grid.scenes.items():
         for row in grid.methods:
             base = row_base(grid, name, row, cli_set)
-            load_config(scene.config, [*base, *seed_overrides(scene, grid.tuning_seed)])
+            try:
+                load_config(scene.config, [*base, *seed_overrides(scene, grid.tuning_seed)])
+            except ConfigError as err:
+                raise variant_error(grid, row, err) from None
             tune = tune_job(grid, out, name, row, base)
             first.append(tune)
             first += [run_job(grid, out, name, row, "default", s, base) for s in grid.seeds]
             after[tune] = [run_job(grid, out, name, row, "tuned", s, base) for s in grid.seeds]
     return first, after
+
+
+def variant_error(grid: Grid, row: str, err: ConfigError) -> ConfigError:
+    """A row's config refusal, naming the variant whose `set` the user wrote rather than the method
+    under it (`fedgr-robust`, not `fedgr`); a plain method's refusal as it is."""
+    v = grid.variant(row)
+    if not v.set:
+        return err
+    text = str(err).replace(f" (method '{v.method}')", "")
+    return ConfigError(f"{text} (variant '{row}' of method '{v.method}', set: {', '.join(v.set)})")
 
 
 def grid_todo(jobs: list[Job]) -> list[dict[str, Any]]:

@@ -22,8 +22,8 @@ from fedcore.bench.plan import RUN_THREADS, Job, diverged_marker, is_done
 from fedcore.bench.stale import refuse_stale
 from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import FederatedDataset
-from fedcore.engine.interrupt import terminate_as_interrupt
-from fedcore.errors import DivergedError
+from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line, terminate_as_interrupt
+from fedcore.errors import DivergedError, Interrupted
 from fedcore.io import atomic_write_bytes
 from fedcore.registries import load_config
 from fedcore.run import cpu_threads, run_experiment
@@ -170,8 +170,28 @@ def run_jobs(first: list[Job], after: dict[Job, list[Job]], jobs: int,
              done: Callable[[Job, str, float], None]) -> None:
     """Every job not yet done, dependencies first, at most `jobs` at once (GridQueue's order);
     `done(job, status, seconds)` after each (status 'done', 'diverged' or 'skipped'; the seconds it
-    ran). A failing job's error is raised once the running ones are stopped."""
-    queue = GridQueue(first, after)
+    ran). A failing job's error is raised once the running ones are stopped; Ctrl-C or SIGTERM as an
+    `Interrupted` that says what is kept and how to go on."""
+    try:
+        _run_jobs(GridQueue(first, after), jobs, done)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM as fedcore.errors.Terminated
+        raise grid_interrupted(err, [*first, *(j for js in after.values() for j in js)]) from None
+
+
+def grid_interrupted(err: KeyboardInterrupt, all_jobs: list[Job]) -> Interrupted:
+    """The one line of a grid stopped by a signal: how much of it is done and kept, and how to go on."""
+    sig = stop_signal(err)
+    finished = [j for j in all_jobs if is_done(j)]
+    out = all_jobs[0].data.parent.parent if all_jobs else None  # OUT/SCENE/data-sN
+    runs = sum(j.kind == "run" for j in finished)
+    so_far = f", or add --so-far to write results from the {runs} finished runs" if runs else ""
+    return Interrupted(f"{stopped_line(sig)} before the grid finished; {len(finished)} of {len(all_jobs)} tunes "
+                       f"and runs are done and kept in '{out}': the same `fedcore bench` command again does the "
+                       f"rest (a stopped run goes on from its checkpoints, a stopped tune from its finished "
+                       f"trials){so_far}", EXIT_CODES[sig])
+
+
+def _run_jobs(queue: GridQueue, jobs: int, done: Callable[[Job, str, float], None]) -> None:
     with executor(jobs) as pool:
         running: dict[cf.Future, Job] = {}
 

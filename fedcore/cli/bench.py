@@ -48,8 +48,8 @@ def bench(
                                       "process on one thread")] = 1,
     progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what is left to run per scene and method, "
-                                          "and the time left where OUT's finished jobs measured it; run "
-                                          "nothing")] = False,
+                                          "and the time left (paced on OUT's finished jobs, else on stated "
+                                          "per-method costs); run nothing")] = False,
     so_far: Annotated[bool, typer.Option("--so-far", help="write bench.json, tables, sweeps and reports from "
                                          "the runs finished so far, scenes with work left marked partial; "
                                          "runs nothing, so it may run beside a bench on OUT")] = False,
@@ -112,14 +112,17 @@ def print_todo(jobs: list, workers: int, out: Path) -> None:
         table.add_row(r["scene"], r["row"], *(f"{done}/{planned}" for done, planned in
                                                (r["trials"], r["default"], r["tuned"])))
     console.print(table)
-    costs, eta = grid_eta(jobs, workers)
+    costs, eta = grid_eta(jobs, workers, stated=True)
     units = sum(costs.values())
     if not units:
         console.print("nothing left to run: `fedcore bench` writes bench.json from the finished runs")
         return
     left = time_left(eta.left())
+    if left and not eta.measured:  # nothing timed in OUT yet: the stated per-method costs, scaled
+        left += (" at the per-method costs lab/results/tuning.md states, scaled by rounds, epochs and "
+                 "images (a rough guess until a job of this OUT has been timed)")
     console.print(f"{units:g} units to run (a run is one, a tune its trials left) with --jobs {workers}; "
-                  + (left if left else "no time measured yet in this OUT (each job's time is kept as it ends)"),
+                  + (left or "no time measured yet in this OUT (each job's time is kept as it ends)"),
                   markup=False, highlight=False, soft_wrap=True)
 
 

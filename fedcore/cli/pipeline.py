@@ -220,6 +220,11 @@ def run_cmd(name: NameArg,
         args = locals()
         store = ({"uri": tracking_uri} if tracking_uri else local_store(out)) if tracking else {}
         print_bench(run_bench(args, out, console, _options(args, local=True), store), out, console)
+        from fedcore.cli.pipeline_bench import bench_config  # lazy: CLI start-up
+
+        cfg = bench_config(args, store)[2]  # where the tunes, runs and parent run went, as the others end
+        if cfg.tracking.backend != "none":
+            console.print(f"MLflow: {mlflow_hint(cfg)}", soft_wrap=True, markup=False, highlight=False)
         return
     docker = from_options(locals())
     task_env = None if docker is None else docker.env

@@ -28,23 +28,29 @@ def tracking_overrides(tracking: bool, store: dict[str, str] | None = None) -> l
 
 def bench_pipeline(args: dict[str, Any], options: Any, store: dict[str, str] | None = None) -> tuple[Any, Any]:
     """(pipeline, grid) of `fedcore pipeline ... bench GRID`; options: the CLI's PipelineOptions."""
-    from fedcore.bench.grid import load_grid  # lazy: CLI start-up
-    from fedcore.bench.plan import shared_overrides  # lazy: CLI start-up
-    from fedcore.registries import load_config  # lazy: CLI start-up
     from pipelines import build_pipeline  # lazy: CLI start-up
 
     if args.get("config") is None:
         raise UserError("pass the grid: fedcore pipeline compile bench GRID.yaml (e.g. lab/grids/tiny.yaml)")
     if args.get("sweep") is not None or args.get("data_prefix"):
         raise UserError("--sweep and --data-prefix are not bench options; a grid names the methods and seeds")
+    grid, cli_set, base = bench_config(args, store)
+    options = dataclasses.replace(options, grid=grid, overrides=tuple(cli_set))
+    return build_pipeline("bench", base, options), grid
+
+
+def bench_config(args: dict[str, Any], store: dict[str, str] | None = None) -> tuple[Any, list[str], Any]:
+    """(grid, the overrides every scene gets, the config holding the parent run's tracking settings)."""
+    from fedcore.bench.grid import load_grid  # lazy: CLI start-up
+    from fedcore.bench.plan import shared_overrides  # lazy: CLI start-up
+    from fedcore.registries import load_config  # lazy: CLI start-up
+
     user = list(args.get("set_") or [])
     grid = load_grid(args["config"], seeds=args.get("seed") or None, methods=args.get("method") or None, shared=user)
     store = store or ({"uri": args["tracking_uri"]} if args.get("tracking_uri") else None)
     cli_set = [*tracking_overrides(args.get("tracking", True), store), *user]
     first = next(iter(grid.scenes.values()))
-    base = load_config(first.config, shared_overrides(grid, first, cli_set))  # the parent run's tracking settings
-    options = dataclasses.replace(options, grid=grid, overrides=tuple(cli_set))
-    return build_pipeline("bench", base, options), grid
+    return grid, cli_set, load_config(first.config, shared_overrides(grid, first, cli_set))
 
 
 def compile_bench(args: dict[str, Any], out: Path | None, options: Any) -> str:

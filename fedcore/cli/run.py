@@ -304,7 +304,13 @@ def launch_ranks(cfg, nproc: int, out: Path, resume: Path | None, args: list[str
         from fedcore.reporting.config_diff import resume_mismatch  # lazy: CLI start-up
 
         load_checkpoint(resume, cfg.resume_hash(), lambda recorded: resume_mismatch(recorded, cfg.resume_dict()))
-    code = distributed.launch(nproc, "fedcore", ["run", *args])
+    from fedcore.engine.interrupt import terminate_as_interrupt  # lazy: CLI start-up
+
+    try:  # a stopped launcher ends as a stopped one-process run: one line, exit 143 (130 for Ctrl-C)
+        with terminate_as_interrupt():
+            code = distributed.launch(nproc, "fedcore", ["run", *args])
+    except KeyboardInterrupt as err:
+        raise interrupted(err, out) from None
     if code == 0:
         return
     resumable = any((out / "checkpoints").glob("*.pt"))

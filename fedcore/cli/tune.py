@@ -57,7 +57,11 @@ def tune(
     req = TuneRequest(config=str(config), overrides=overrides, trials=trials, out=out, data=data,
                       objective=objective, only=param, prune=prune, progress=progress,
                       start_at_default=start_at_default)
-    result = run_tune(req, say=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
+    try:
+        result = run_tune(req, say=lambda line: err_console.print(line, markup=False, highlight=False,
+                                                                  soft_wrap=True))
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM as fedcore.errors.Terminated
+        raise interrupted(err, out) from None
     params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result["best_params"].items())
     own = ", the config's own setting" if result.get("best_is_default") else ""
     # In %, as every score a person reads; tune.json keeps the fraction.
@@ -67,6 +71,18 @@ def tune(
     console.print(f"run it: fedcore run {out / 'best.yaml'} --set seed={reporting_seed(tuned)} (best.yaml keeps "
                   f"the tuning seed {tuned}, whose scores the tune picked for: report seeds it never saw)",
                   markup=False, highlight=False, soft_wrap=True)
+
+
+def interrupted(err: KeyboardInterrupt, out: Path):
+    """The one line and exit code of a tune stopped by a signal: the trials it kept and how to go on."""
+    from fedcore.engine.interrupt import EXIT_CODES, stop_signal, stopped_line  # lazy: CLI start-up
+    from fedcore.errors import Interrupted  # lazy: CLI start-up
+
+    sig = stop_signal(err)
+    kept = sum(1 for _ in (out / "trials").glob("*/metrics.json"))  # each finished trial's run dir
+    return Interrupted(f"{stopped_line(sig)} before the tune finished; {kept} finished trial(s) are kept in "
+                       f"'{out}': the same command goes on from them (the trial in flight is drawn again)",
+                       EXIT_CODES[sig])
 
 
 def reporting_seed(tuned: int) -> int:

@@ -219,7 +219,11 @@ def _furthest(folder: Path) -> tuple[Path, dict[str, Any]]:
             progress = _progress(payload)
         intact.append(((progress[0], progress[1], -order), path, payload, data))
     if not intact:
-        raise next(iter(errors.values()))
+        # "resume from an earlier one" (each file's own message) points at nothing here.
+        first = str(next(iter(errors.values()))).split("; ")[0]
+        raise ArtifactError(f"no checkpoint in '{folder}' can be read ({len(errors)} damaged; {first}), so there "
+                            f"is no round to resume from: start the run again in another --out, or delete "
+                            f"'{folder}' and run it again without --resume")
     (rnd, _, _), path, payload, data = max(intact, key=lambda t: t[0])
     if latest in errors:
         log.warning("warning: %s; resuming from '%s' (round %d), the verified checkpoint that got furthest",

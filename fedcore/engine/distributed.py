@@ -25,6 +25,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -118,10 +119,48 @@ def torchrun_argv(nproc: int, module: str, args: Sequence[str]) -> list[str]:
             "-m", module, *args]
 
 
-def launch(nproc: int, module: str, args: Sequence[str]) -> int:
+STOP_GRACE_S = 30.0  # what Kubernetes gives a pod between SIGTERM and SIGKILL by default
+
+
+def launch(nproc: int, module: str, args: Sequence[str], grace: float = STOP_GRACE_S) -> int:
     """Run `nproc` local ranks of `python -m module args` and wait: torchrun's exit code
-    (non-zero when any rank failed; torchrun then stops the others)."""
-    return subprocess.run(torchrun_argv(nproc, module, args), check=False).returncode
+    (non-zero when any rank failed; torchrun then stops the others).
+
+    When the wait is interrupted (Ctrl-C, or SIGTERM raised as `Terminated` by the caller's
+    handler), torchrun gets SIGTERM, which it passes to the ranks, and up to `grace` seconds to
+    end (then SIGKILL); the interruption is raised again. Ctrl-C reaches torchrun through the
+    terminal's process group, but a SIGTERM sent to the launcher alone does not: without this
+    the ranks trained on, holding the run dir's lock, after the launcher had gone.
+
+    torchrun's and the ranks' stderr is relayed line by line until the stop: what they print while
+    stopping (torchrun's traceback of the signal, each rank's own "terminated" line) is dropped, so
+    that the caller's one line says what happened, as a stopped one-process run's does."""
+    proc = subprocess.Popen(torchrun_argv(nproc, module, args), stderr=subprocess.PIPE, text=True,
+                            errors="replace")
+    stopping = threading.Event()
+    relay = threading.Thread(target=_relay, args=(proc.stderr, stopping), daemon=True)
+    relay.start()
+    try:
+        code = proc.wait()
+        relay.join()
+        return code
+    except BaseException:
+        stopping.set()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        raise
+
+
+def _relay(stream: Any, stopping: threading.Event) -> None:
+    for line in iter(stream.readline, ""):
+        if not stopping.is_set():
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 def shutdown(info: DistInfo | None) -> None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fedcore.config import did_you_mean
+from fedcore.config_parse import validation_problem
 from fedcore.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -80,7 +82,8 @@ def available_methods() -> list[str]:
 def get_method(name: str) -> MethodSpec:
     _discover()
     if name not in _REGISTRY:
-        raise ConfigError(f"unknown method '{name}' at 'method.name'; choose one of {sorted(_REGISTRY)}")
+        raise ConfigError(f"unknown method '{name}' at 'method.name'{did_you_mean(name, _REGISTRY)}; choose one "
+                          f"of {sorted(_REGISTRY)}")
     return _REGISTRY[name]
 
 
@@ -88,10 +91,8 @@ def parse_params(spec: MethodSpec, raw: dict[str, Any]) -> MethodParams:
     try:
         return spec.params.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ConfigError(f"invalid config at 'method.params.{loc}': {msg} (method '{spec.name}')") from None
+        where, msg, _ = validation_problem(err, spec.params, raw, "method.params.")
+        raise ConfigError(f"invalid config at '{where}': {msg} (method '{spec.name}')") from None
 
 
 def validate_method_config(cfg: ExperimentConfig) -> MethodParams:

@@ -17,10 +17,13 @@ MARK = "fedcore-run-done"
 _LINE = re.compile(MARK + r" (\{.*\})\s*$")
 
 
-def done_line(label: str, setting: str, tuned: bool, seconds: float) -> str:
+def done_line(label: str, setting: str, tuned: bool, seconds: float, what: str = "") -> str:
     """One line: the marker, then the run as JSON. label: the method, with its seed when the sweep
-    has several (`fedprox-s1`); tuned: the sweep gave the method its own values (method_overrides)."""
-    return f"{MARK} " + json.dumps({"label": label, "setting": setting, "tuned": tuned, "seconds": round(seconds, 1)})
+    has several (`fedprox-s1`); tuned: the sweep gave the method its own values (method_overrides);
+    what: the task's own word for what ended, in place of tuned/default (the bench's `tune, 8 trials`,
+    `default s0`)."""
+    run = {"label": label, "setting": setting, "tuned": tuned, "seconds": round(seconds, 1)}
+    return f"{MARK} " + json.dumps({**run, **({"what": what} if what else {})})
 
 
 def parse_done(line: str) -> dict[str, Any] | None:
@@ -36,6 +39,6 @@ def parse_done(line: str) -> dict[str, Any] | None:
 
 
 def describe(run: dict[str, Any]) -> str:
-    """'fedprox · sym U(0.7,1.0) · tuned: 12.3 s'."""
-    tuned = "tuned" if run.get("tuned") else "default"
-    return f"{run['label']} · {run['setting']} · {tuned}: {float(run['seconds']):.1f} s"
+    """'fedprox · sym U(0.7,1.0) · tuned: 12.3 s' (a bench task: 'fedprox · SCENE · tune, 8 trials: 95.0 s')."""
+    what = run.get("what") or ("tuned" if run.get("tuned") else "default")
+    return f"{run['label']} · {run['setting']} · {what}: {float(run['seconds']):.1f} s"

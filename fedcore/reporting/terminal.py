@@ -26,9 +26,17 @@ from fedcore.stats.summary import mean_std
 # (summary key with {m} for acc or mAP, header); a column shows when some run logged it.
 COLUMNS = (("final/{m}_last10", "last-10"), ("final/{m}_best", "best"), ("final/{m}_best_round", "round"),
            ("final/{m}_at_val_best", "val-pick"), ("last/train/memorization", "memorized"))
-LEGEND = ("best, round: the best round, picked on test (an oracle); val-pick: test {m} at the round the "
-          "validation split picks; memorized: noisy samples fitted; vs FedAvg: last-10 minus FedAvg's best "
-          "round, in points")
+# What each column means, for the caption: only the columns the table shows (a legend of columns it
+# does not show, val-pick without validation or vs FedAvg without FedAvg, reads as if they were missing).
+LEGEND = {"best": "best, round: the best round, picked on test (an oracle)",
+          "val-pick": "val-pick: test {m} at the round the validation split picks",
+          "memorized": "memorized: noisy samples fitted",
+          "vs FedAvg": "vs FedAvg: last-10 minus FedAvg's best round, in points"}
+
+
+def legend(header: list[str], metric: str) -> str:
+    """The caption: what the shown columns of `header` mean."""
+    return "; ".join(LEGEND[h].format(m=metric) for h in header if h in LEGEND)
 
 
 def _metric(records: list[dict[str, Any]]) -> str:
@@ -71,7 +79,7 @@ def terminal_table(records: list[dict[str, Any]], by: str = "group", title: str 
     over = "one seed" if seeds == {1} else f"mean±std over {seeds.pop()} seeds" if len(seeds) == 1 \
         else "mean±std over seeds"
     table = Table(title=f"{title}: test {_metric(records)} in % ({over})", box=box.SIMPLE_HEAD, show_edge=False,
-                  caption=LEGEND.format(m=_metric(records)), caption_justify="left")
+                  caption=legend(header, _metric(records)) or None, caption_justify="left")
     for i, h in enumerate(header):
         if i == 0:
             table.add_column(h, no_wrap=True, min_width=max(len(r[0]) for r in rows) if rows else None)

@@ -6,6 +6,8 @@ model is registered with alias `selected`."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -85,10 +87,28 @@ def test_a_bad_grid_fails_in_one_line_with_exit_code_2(tmp_path, capsys):
 def local_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench-pipeline")
     out = tmp / "run"
-    with pytest.MonkeyPatch.context() as mp:
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)  # the run dir's embedded store
         cli.main(["pipeline", "run", "bench", str(_grid(tmp)), "--local", "--out", str(out)])
+    (tmp / "console.txt").write_text(printed.getvalue())  # what the user saw (test_the_progress_lines...)
     return out, json.loads((out / "bench.json").read_text())  # copied where `fedcore bench` writes it
+
+
+def test_the_progress_lines_name_each_method_with_its_seconds_and_count_to_the_total(local_run):
+    # Issue 71: the tunes and runs printed `[ 3/11] SCENE-tune: success`, no method and no seconds (a loop's
+    # iterations share a task name), the count stopped short of its total, and no `mlflow ui` line ended it.
+    lines = (local_run[0].parent / "console.txt").read_text().splitlines()
+    progress = [line.strip() for line in lines if line.strip().startswith("[")]
+    total = int(progress[0].split("/")[1].split("]")[0])
+    assert len(progress) == total and progress[-1].startswith(f"[{total}/{total}]")
+    named = [line.split("] ", 1)[1] for line in progress if f" · {SCENE} · " in line]
+    whats = ("tune, 1 trials", "tuned s0", "default s0")
+    assert sorted(n.split(":")[0] for n in named) == sorted(
+        f"{m} · {SCENE} · {what}" for m in ("fedavg", "fedprox") for what in whats)
+    assert all(n.endswith(" s") for n in named)
+    assert not any(f"{SCENE}-tune" in line or f"{SCENE}-default" in line for line in progress)
+    assert any(line.startswith("MLflow: mlflow ui --backend-store-uri sqlite:///") for line in lines)
 
 
 def test_the_choice_is_choose_over_the_rows_and_the_sweep_file_records_it(local_run):

@@ -77,3 +77,51 @@ def test_a_damaged_time_file_only_coarsens_the_estimate(tmp_path):
     assert load_time(out) == (12.3, 1.0)
     time_file(out).write_text("{not json")
     assert load_time(out) is None
+
+
+def test_before_any_job_is_timed_the_stated_costs_give_the_estimate():
+    eta = TimeLeft({"tune": 2, "run": 1}, {"tune": "a", "run": "a"}, workers=2, stated={"tune": 30.0, "run": 60.0})
+    assert not eta.measured and eta.left() == pytest.approx((2 * 30.0 + 60.0) / 2)
+    eta.finish("tune", 100.0)  # a timed job wins over what was stated
+    assert eta.measured and eta.left() == pytest.approx(50.0 / 2)
+    assert TimeLeft({"run": 1}, {"run": "a"}, stated={}).left() is None
+
+
+def _tiny_grid(tmp_path, methods=("fedavg", "fedprox")):
+    """lab/grids/tiny.yaml's shape, here so that the product's tests do not read the lab's files."""
+    import yaml
+
+    grid = {"scenes": {"quickstart-tiny": {"config": "configs/quickstart.yaml", "set": [
+        "train.rounds=3", "train.device=cpu", "tracking.backend=none", "train.memorization=false"]}},
+        "methods": list(methods), "trials": 2, "tuning_seed": 100, "seeds": [0], "validation_fraction": 0.1}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    return str(path)
+
+
+def test_the_stated_pace_scales_each_rows_stated_cost_by_its_work(tmp_path):
+    from fedcore.bench.eta import STATED_RUN_S, STATED_TRIAL_RUNS, STATED_WORK, stated_pace
+    from fedcore.bench.grid import load_grid
+    from fedcore.bench.plan import plan_grid
+
+    grid = load_grid(_tiny_grid(tmp_path, ["fedavg", "coteaching"]))
+    first, after = plan_grid(grid, tmp_path / "out", [])
+    jobs = [*first, *(j for js in after.values() for j in js)]
+    pace = stated_pace(jobs)
+    # the tiny grid: configs/quickstart.yaml (2 local epochs, every client, no max_train) for 3 rounds.
+    work = 3 * 2 * 1.0 * 10_000
+    run = {j.row: pace[j] for j in jobs if j.kind == "run"}
+    assert run["fedavg"] == pytest.approx(STATED_RUN_S["fedavg"] * work / STATED_WORK)
+    assert run["coteaching"] == pytest.approx(2 * run["fedavg"])  # "about twice that"
+    tune = next(j for j in jobs if j.kind == "tune" and j.row == "fedavg")
+    assert pace[tune] == pytest.approx(STATED_TRIAL_RUNS * run["fedavg"])
+
+
+def test_a_dry_run_on_a_fresh_out_estimates_the_time_from_the_stated_costs(tmp_path, capsys):
+    # Issue 71: it said "no time measured yet" until a job had run.
+    from fedcore import cli
+
+    cli.main(["bench", _tiny_grid(tmp_path), "--out", str(tmp_path / "out"), "--dry-run"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "8 units to run" in out and "left at the per-method costs lab/results/tuning.md states" in out
+    assert "no time measured" not in out and not (tmp_path / "out").exists()

@@ -33,7 +33,8 @@ def _fails(argv: list[str], capsys) -> str:
 
 
 @pytest.mark.parametrize(("changes", "extra", "says"), [
-    ({"methods": ["fedavg", "fedsirr"]}, [], "unknown method 'fedsirr'"),
+    ({"methods": ["fedavg", "fedsirr"]}, [], "unknown method 'fedsirr' (did you mean 'fedsir'?); choose"),
+    ({"methods": ["fedgr-robst"]}, [], "unknown method 'fedgr-robst' (did you mean 'fedgr-robust'?)"),
     ({}, ["--methods", "fedavg,nope"], "unknown method 'nope'"),
     ({"variants": {"fedgr-clean": {"method": "fedgr", "set": ["noise.type=none"]}}, "methods": ["fedgr-clean"]}, [],
      "variant 'fedgr-clean' changes the data its scene shares between methods (noise.type=none)"),
@@ -60,7 +61,11 @@ def test_a_bad_grid_is_refused_in_one_line(tmp_path, capsys, changes, extra, say
 def test_a_bad_method_param_in_a_variant_fails_at_planning(tmp_path, capsys):
     grid = _grid(tmp_path, variants={"fedprox-x": {"method": "fedprox", "set": ["method.params.mux=1"]}},
                  methods=["fedprox-x"])
-    assert "mux" in _fails([str(grid), "--out", str(tmp_path / "out")], capsys)
+    err = _fails([str(grid), "--out", str(tmp_path / "out")], capsys)
+    # Issue 71: the message names the variant the user wrote, not only the method under it.
+    assert "'method.params.mux': unknown key (did you mean 'method.params.mu'?)" in err
+    assert err.endswith("(variant 'fedprox-x' of method 'fedprox', set: method.params.mux=1)")
+    assert "(method 'fedprox')" not in err
 
 
 def test_rows_switch_method_and_variants_keep_their_fixed_params(tmp_path):

@@ -20,7 +20,8 @@ from rich.console import Console
 
 from fedcore.bench.eta import grid_progress
 from fedcore.bench.plan import Job
-from fedcore.bench.runner import executor
+from fedcore.bench.runner import executor, run_jobs
+from fedcore.errors import Interrupted, Terminated
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -190,3 +191,26 @@ def test_run_jobs_skips_finished_jobs_and_reports_each_in_queue_order(tmp_path, 
     assert seen[:4] == [("fedavg tune", "done"), ("fedavg tuned s0", "done"), ("fedavg tuned s1", "done"),
                         (_name(finished), "skipped")]
     assert len(seen) == 10 and sum(status == "skipped" for _, status in seen) == 1
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, Terminated], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_grid_says_what_is_kept_and_how_to_go_on(tmp_path, monkeypatch, stop):
+    # Issue 71: it printed only "interrupted (Ctrl-C)", where `fedcore run` says what it kept.
+    jobs = [Job(kind="run", scene="s", row=r, setting="default", seed=0, config="c.yaml", overrides=(),
+                out=tmp_path / "s" / r / "default" / "s0", data=tmp_path / "s" / "data-s0") for r in "abc"]
+
+    def timed(job):
+        if job.row == "b":
+            raise stop("stopped")
+        job.out.mkdir(parents=True)
+        (job.out / "metrics.json").write_text("{}")  # what a finished run leaves
+        return "done", 1.0
+
+    monkeypatch.setattr("fedcore.bench.runner.timed", timed)
+    with pytest.raises(Interrupted) as err:
+        run_jobs(jobs, {}, 1, lambda *a: None)
+    text = str(err.value)
+    assert err.value.code == (143 if stop is Terminated else 130)
+    assert text.startswith("terminated (SIGTERM)" if stop is Terminated else "interrupted (Ctrl-C)")
+    assert f"1 of 3 tunes and runs are done and kept in '{tmp_path}'" in text
+    assert "the same `fedcore bench` command again does the rest" in text and "--so-far" in text

@@ -65,3 +65,39 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path):
     code, err = _stop(_start(tmp_path / "run"), signal.SIGINT)
     assert code == 130, err
     assert len(err) == 1 and err[0].startswith("interrupted (Ctrl-C)"), err
+
+
+# `fedcore run --nproc N`'s launcher, with torchrun stood in for by a child that waits for a
+# signal: what the launcher does on SIGTERM is the test, not the ranks (tests/engine/test_distributed_runs.py).
+RANKS = """import pathlib, signal, sys, time
+here = pathlib.Path(sys.argv[1])
+def stop(signum, frame):
+    (here / "ranks-got-sigterm").write_text("")
+    print("SignalException: Process 1 got signal: 15", file=sys.stderr, flush=True)  # torchrun's traceback
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+print("a rank's line before the stop", file=sys.stderr, flush=True)
+(here / "ranks-started").write_text("")
+time.sleep(60)
+"""
+LAUNCHER = """import sys
+from fedcore import cli
+from fedcore.engine import distributed
+distributed.torchrun_argv = lambda nproc, module, args: [sys.executable, "-c", sys.argv[1], sys.argv[2]]
+cli.main(["run", sys.argv[3], "--out", sys.argv[4], "--nproc", "2", "--no-progress", "--set", "train.device=cpu"])
+"""
+
+
+def test_sigterm_to_the_nproc_launcher_stops_the_ranks_and_exits_143_with_one_line(tmp_path):
+    # Issue 71: the launcher installed no handler, so SIGTERM killed it silently and the ranks ran on.
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, RANKS, str(tmp_path), CONFIG, str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    _wait_for(tmp_path / "ranks-started", proc)
+    code, err = _stop(proc, signal.SIGTERM)
+    assert code == 143, err
+    # What the ranks said before the stop reaches the user; what torchrun says while stopping does not.
+    assert len(err) == 2 and err[0] == "a rank's line before the stop", err
+    assert err[1].startswith("terminated (SIGTERM) before the run finished"), err
+    assert (tmp_path / "ranks-got-sigterm").is_file()  # passed on: no rank trains on unseen

@@ -75,8 +75,10 @@ def test_resume_refuses_other_config_and_corrupt_checkpoint(tmp_path, artifact):
         run_experiment(other, tmp_path / "r2", data=artifact, resume=tmp_path / "r")
     for ck in (tmp_path / "r" / "checkpoints").glob("*.pt"):  # one intact checkpoint would be taken instead
         ck.write_bytes(ck.read_bytes()[:-10])
-    with pytest.raises(ArtifactError, match="corrupt"):
+    with pytest.raises(ArtifactError, match="corrupt") as err:
         run_experiment(cfg, tmp_path / "r3", data=artifact, resume=tmp_path / "r")
+    # Issue 71: with every checkpoint damaged there is no earlier one to resume from.
+    assert "no round to resume from" in str(err.value) and "earlier one" not in str(err.value)
 
 
 def test_fedprox_with_mu_zero_equals_fedavg(tmp_path, artifact):
@@ -100,7 +102,8 @@ def test_outputs_and_mismatched_artifact(tmp_path, artifact):
     rows = (tmp_path / "o" / "history.csv").read_text().splitlines()
     assert rows[0].startswith("stage,round") and len(rows) == 5
     wrong = load_config("configs/quickstart.yaml", [*FAST, "seed=1"])
-    with pytest.raises(ConfigError, match="different data"):
+    # Issue 71: the refusal names the keys that differ, not two hashes.
+    with pytest.raises(ConfigError, match=r"another federation than this config's \(data.seed: 0 \(artifact\) vs 1\)"):
         run_experiment(wrong, tmp_path / "w", data=artifact)
 
 

@@ -93,3 +93,14 @@ def test_the_console_tables_verdict_is_in_points():
     margin = 0.80 - (0.70 + 0.012)  # fedsir's last-10 minus fedavg's best round
     assert header[-1] == "beats FedAvg (last10 − its best, points)"
     assert rows[1][-1] == f"yes {100 * margin:+.1f}" and rows[0][-1] == "-"
+
+def test_the_legend_explains_only_the_columns_shown():
+    # Issue 71: one experiment without validation or FedAvg showed no val-pick and no vs FedAvg
+    # column, but its legend explained both.
+    run = record("fedprox", NOISY, 0.8)
+    del run["summary"]["final/acc_at_val_best"]
+    text = " ".join(" ".join(rendered([run])).split())
+    assert "best, round: the best round" in text and "memorized: noisy samples fitted" in text
+    assert "val-pick" not in text and "vs FedAvg" not in text
+    both = " ".join(" ".join(rendered(quickstart_records())).split())
+    assert "val-pick: test acc at the round" in both and "vs FedAvg: last-10 minus" in both

@@ -59,3 +59,38 @@ def test_the_done_line_is_found_wherever_kfp_puts_it_and_nothing_else_is_taken_f
     assert parse_done("        " + line) == {"label": "fedavg-s1", "setting": "sym U(0.7,1.0)", "tuned": False,
                                               "seconds": 3.0}
     assert parse_done("fedcore-run-done {not json}") is None and parse_done("round 3/30 done") is None
+
+
+def test_two_tasks_lines_met_in_one_still_count_twice_and_a_last_line_without_newline_counts():
+    # Issue 71: a loop's iterations write from threads; one event taken a line stopped the count short.
+    plan = TaskPlan(names={"a": "scene-data", "t": "scene-tune"}, self_reporting={"t"}, total=4)
+    console = io.StringIO()
+    echo = Echo(io.StringIO(), console, plan)
+    echo.write(kfp_line("Executing task 'a'"))
+    met = kfp_line("Task 'a' finished with status SUCCESS").rstrip("\n") + "    " + \
+        done_line("fedprox", "scene", False, 9.0, "tune, 8 trials") + " " + done_line("fedavg", "scene", False, 4.0)
+    echo.write(met + "\n")
+    echo.write(kfp_line("Task 't' finished with status FAILURE").rstrip("\n"))  # the stream ends on it
+    echo.drain()
+    lines = console.getvalue().splitlines()
+    assert lines[0].startswith("  [1/4] scene-data: success, ")
+    assert lines[1:] == ["  [2/4] fedprox · scene · tune, 8 trials: 9.0 s", "  [3/4] fedavg · scene · default: 4.0 s",
+                         "  [4/4] scene-tune: failure"]
+
+
+def test_the_bench_plan_counts_every_task_and_its_tunes_and_runs_report_themselves(tmp_path):
+    import yaml
+
+    from fedcore.bench.grid import load_grid
+    from fedcore.registries import load_config
+    from pipelines.bench import build
+
+    path = tmp_path / "tiny.yaml"  # lab/grids/tiny.yaml's shape: one scene, two methods, one seed
+    path.write_text(yaml.safe_dump({"scenes": {"quickstart-tiny": {"config": "configs/quickstart.yaml"}},
+                                    "methods": ["fedavg", "fedprox"], "trials": 2, "seeds": [0]}))
+    grid = load_grid(path)
+    plan = task_plan(build(grid, load_config("configs/quickstart.yaml")))
+    # start-tracking, data, 2 tunes, 2 tuned runs, 2 default runs, merge-rows, choose, finish-tracking
+    assert plan.total == 11
+    assert {plan.names[t] for t in plan.self_reporting} == {"quickstart-tiny-tune", "quickstart-tiny-tuned-s0",
+                                                            "quickstart-tiny-default"}

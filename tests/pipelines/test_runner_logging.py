@@ -89,3 +89,24 @@ def test_run_local_restores_print_and_later_output_is_not_indented(tmp_path, cap
         assert capsys.readouterr().out == "| fedavg (1) | 84.9 |\n"
     finally:
         builtins.print = original
+
+
+class _StoppedPipeline:
+    """A pipeline run that Ctrl-C stops mid-way."""
+
+    pipeline_spec = pipeline_spec_pb2.PipelineSpec()
+
+    def __call__(self):
+        raise KeyboardInterrupt
+
+
+def test_a_stopped_local_run_says_what_is_kept_and_that_it_starts_over(tmp_path):
+    # Issue 71: every interrupt says what was kept and how to go on.
+    import pytest
+
+    from fedcore.errors import Interrupted
+
+    with pytest.raises(Interrupted) as err:
+        runner.run_local(_StoppedPipeline(), tmp_path, echo=False)
+    assert err.value.code == 130 and str(err.value).startswith("interrupted (Ctrl-C) before the pipeline finished")
+    assert str(tmp_path / "kfp") in str(err.value) and "runs the pipeline from its start" in str(err.value)
