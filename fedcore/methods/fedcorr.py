@@ -25,7 +25,7 @@ Choices and departures (facts read from the public code, github Xu-Jingyi/FedCor
 - A relabel decided at the end of a pass runs at the client's next visit (in this engine
   only a client writes its own labels); the model it uses is the end-of-pass snapshot.
 - The proximal term is the unsquared norm, as in the code (beta = 5 in its README).
-- The three stages fit inside train.rounds (`budget: within`, see `fedcorr_stages.stage_split`:
+- The three stages fit inside train.rounds (`budget: within`, see `stage_split`:
   pre-processing takes `preprocess_share` of it in whole passes, at least one pass where the
   budget holds one, fine-tuning half the rest),
   so FedCorr gets every other method's budget; `budget: extra` puts `iterations` passes on top
@@ -53,7 +53,6 @@ from fedcore.config import tune_range
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, ServerState, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
-from fedcore.methods.fedcorr_stages import judges, stage_split
 from fedcore.methods.registry import MethodParams, register
 from fedcore.stats.gmm import clean_posterior, noisy_fraction
 from fedcore.stats.lid import lid_mle
@@ -112,6 +111,46 @@ def confident_relabel(labels: np.ndarray, probs: np.ndarray, thres: float) -> np
     """Post-fine-tuning correction: every sample with confidence above `thres` takes the prediction."""
     sure = probs.max(axis=1) > thres
     return np.where(sure, probs.argmax(axis=1), labels)
+
+
+def stage_split(total: int, per_pass: int, iterations: int, budget: str, preprocess_share: float,
+                finetune_rounds: int | None, fine_tuning: bool) -> tuple[int, int, int]:
+    """(preprocess, finetune, train) rounds.
+
+    budget "within": the three stages share `total` (train.rounds), so FedCorr gets the budget of
+    every other method. Pre-processing takes preprocess_share * total rounds, rounded down to whole
+    passes of `per_pass` rounds (the server judges the clients at the end of each pass), but at most
+    `iterations` passes; when the share is under one pass it takes one whole pass if the budget
+    holds it with a round to spare, because a partial pass never judges a client and FedCorr would
+    then run as FedAvg without saying so (20 clients in 40 rounds did). Fine-tuning takes
+    `finetune_rounds` (default: half of what is left); usual training the rest. Tiny budgets shrink
+    the stages instead of being refused: usual training keeps at least 1 round, then
+    pre-processing 1 when total >= 2 (a partial pass: `judges` says whether a pass completes), then
+    fine-tuning gets what is left (possibly 0).
+    budget "extra" (the former behaviour): `iterations` whole passes on top of total, which
+    fine-tuning (default half) and usual training share.
+    """
+    if budget == "extra":
+        pre = iterations * per_pass
+        ft = (total // 2 if finetune_rounds is None else finetune_rounds) if fine_tuning else 0
+        return pre, ft, max(total - ft, 1)
+    pre = int(preprocess_share * total)
+    if pre >= per_pass:
+        pre = min(pre // per_pass, iterations) * per_pass
+    elif preprocess_share > 0 and iterations >= 1 and per_pass <= total - 1:
+        pre = per_pass
+    pre = max(0, min(pre, total - 1, iterations * per_pass))
+    if total >= 2 and preprocess_share > 0:
+        pre = max(pre, 1)
+    left = total - pre
+    ft = (left // 2 if finetune_rounds is None else finetune_rounds) if fine_tuning else 0
+    ft = max(0, min(ft, left - 1))
+    return pre, ft, max(left - ft, 1)
+
+
+def judges(preprocess_rounds: int, per_pass: int) -> bool:
+    """Whether pre-processing completes a pass, the point where the server identifies noisy clients."""
+    return per_pass > 0 and preprocess_rounds >= per_pass
 
 
 @register("fedcorr", params=FedCorrParams)

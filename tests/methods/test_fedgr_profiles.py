@@ -23,8 +23,7 @@ import pytest
 import torch
 
 from fedcore.errors import ConfigError
-from fedcore.methods.fedgr_diag import lambda_b_at
-from fedcore.methods.fedgr_params import ROBUST, FedGRParams
+from fedcore.methods.fedgr import ROBUST, FedGRParams, lambda_b_at
 from fedcore.methods.registry import build_method
 from fedcore.run import run_experiment
 from fedcore.train.refine import confident_agreement

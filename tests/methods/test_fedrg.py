@@ -190,10 +190,8 @@ def test_rounds_report_both_detectors_and_mean_diag(run_on, fed):
 
 @pytest.mark.parametrize("kappa_max", [3.0, 100.0])
 def test_kappa_clamp_reaches_the_mixture(fed, kappa_max):
-    from fedcore.methods.fedrg import detect
-
     method, state = make_method(fed, kappa_max=kappa_max)
-    out = detect(method, task_for(method, state))
+    out = method.detect(task_for(method, state))
     kappa = out["state"]["mix"]["kappa"]
     assert kappa.shape == (10,) and float(kappa.max()) <= kappa_max and float(kappa.min()) >= 0.5
     if kappa_max == 3.0:  # 32-d MLP features concentrate well past 3, so the clamp binds
@@ -216,16 +214,15 @@ def test_sce_on_clean_feeds_only_the_unflagged_samples_to_sce(fed):
 
 
 def test_t_init_estimate_sets_T_once_from_the_flagged_predictions(fed):
-    from fedcore.methods.fedrg_detect import detect, embed
     from fedcore.stats.transition import estimate_transition
 
     method, state = make_method(fed, t_init="estimate", t_prior=2.0)
-    first = detect(method, task_for(method, state))  # train round 0: a random head, T untouched
+    first = method.detect(task_for(method, state))  # train round 0: a random head, T untouched
     assert torch.equal(method.model.absorption.T, torch.eye(10)) and "t_init" not in first["state"]
     task = task_for(method, state, cstate=first["state"])
     task.instructions = {"train_round": 1}
-    _, _, _, logits = embed(method, task_for(method, state, cstate=first["state"]))
-    out = detect(method, task)
+    _, _, _, logits = method.embed(task_for(method, state, cstate=first["state"]))
+    out = method.detect(task)
     mask = out["noisy"]
     want = estimate_transition(torch.softmax(logits[mask].double(), 1).numpy(), task.data.labels[mask].numpy(),
                                10, prior=2.0)
@@ -235,12 +232,12 @@ def test_t_init_estimate_sets_T_once_from_the_flagged_predictions(fed):
         method.model.absorption.T.copy_(torch.eye(10))
     later = task_for(method, state, cstate=out["state"])
     later.instructions = {"train_round": 2}
-    detect(method, later)  # set once: a trained T is never overwritten
+    method.detect(later)  # set once: a trained T is never overwritten
     assert torch.equal(method.model.absorption.T, torch.eye(10))
     off, off_state = make_method(fed, t_init="estimate", absorption="off")
     task = task_for(off, off_state)
     task.instructions = {"train_round": 1}
-    detect(off, task)
+    off.detect(task)
     assert torch.equal(off.model.absorption.T, torch.eye(10))
 
 
