@@ -88,6 +88,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -125,7 +126,8 @@ from fedcore.train.refine import (
     weighted_soft_ce,
 )
 
-__all__ = ["ROBUST", "FedGR", "FedGRParams", "lambda_b_at", "warmup_length"]
+__all__ = ["ROBUST", "FedGR", "FedGRParams", "FedGRState", "FedGRUpload", "VisitCounts", "lambda_b_at",
+           "warmup_length"]
 log = logging.getLogger(__name__)
 _GMM_SALT = 0xF6C2
 _MISSING = {"trusted": "zero", "pseudo": "given", "none": "drop"}
@@ -260,6 +262,47 @@ class FedGRParams(MethodParams):
         return self
 
 
+@dataclass
+class FedGRState:
+    """One client's state across its visits."""
+
+    lmean: np.ndarray | None = None  # running mean of the surrogate per sample (n,)
+    lcount: int = 0  # visits folded into lmean
+    window: np.ndarray | None = None  # t_obs set: the newest t_obs surrogates per sample (n, k)
+    cache: torch.Tensor | None = None  # refined label per sample, -1 where none (n,)
+    ema: dict[str, torch.Tensor] | None = None  # the revised EMA teacher's params
+    steps: int = 0  # local steps so far, warm-up included (the lifetime EMA ramp's s)
+
+
+@dataclass
+class VisitCounts:
+    """One visit's refining, premise and teacher counts; the server sums them over the cohort."""
+
+    n: int
+    flagged: int  # q < 0.5
+    confident: int  # flagged with a confident pseudo-label
+    cached: int  # samples with a cached label after the visit
+    high: float  # 1.0 when r_k >= beta (the pseudo-label tier)
+    skipped: int  # samples at weight 0
+    reset: float  # 1.0 when the teacher restarted from w^t
+    label_table: np.ndarray  # (2, C): given-label counts of kept, flagged samples
+    noise_table: np.ndarray  # (2, 2): kept, flagged x w^t agrees, disagrees with the given label
+    t_agree_flagged: int | None = None  # with B only: teacher and w^t agree, on flagged samples
+    t_agree_kept: int | None = None
+    t_agree_target: int | None = None  # teacher's class is the refined target's
+    b_active: int | None = None  # samples B acts on
+
+
+@dataclass
+class FedGRUpload:
+    """What a visit (or a probe) sends the server; None: not sent this time."""
+
+    lbar: np.ndarray | None = None  # the surrogate per sample (n,)
+    labels: np.ndarray | None = None  # the given labels (sieve_by: class)
+    teacher: dict[str, torch.Tensor] | None = None  # the visit's revised teacher (teacher_eval)
+    counts: VisitCounts | None = None
+
+
 def lambda_b_at(rnd: int, alpha: int, lambda_b: float, ramp: int) -> float:
     """lambda_B in round `rnd`: linear from lambda_b / ramp at the first round after the
     warm-up (`alpha`) to lambda_b after `ramp` rounds; ramp 0 gives lambda_b unchanged."""
@@ -271,7 +314,7 @@ def lambda_b_at(rnd: int, alpha: int, lambda_b: float, ramp: int) -> float:
 def client_counts(labels: torch.Tensor, flagged: torch.Tensor, global_pred: torch.Tensor,
                   teacher: torch.Tensor | None, targets: torch.Tensor, b_weight: torch.Tensor | None,
                   num_classes: int) -> dict[str, Any]:
-    """One visit's premise and teacher counts (numpy / ints, summed over the cohort by the server).
+    """One visit's premise and teacher counts: `VisitCounts` fields (numpy / ints).
 
     global_pred: w^t's class on the weak view; its disagreement with the given label is the
     label-free noise estimate the premise guard compares the flags with. teacher: the revised
@@ -323,29 +366,29 @@ def round_scalars(updates, means: dict[int, tuple[float, float]], lambda_b: floa
     if means:
         out["fedgr/gmm_mu_clean"] = float(np.mean([m[0] for m in means.values()]))
         out["fedgr/gmm_mu_noisy"] = float(np.mean([m[1] for m in means.values()]))
-    counts = [u.uploads["counts"] for u in updates if "counts" in u.uploads]
+    counts = [u.uploads.counts for u in updates if u.uploads.counts is not None]
     if not counts:
         return {**out, **premise_checks(bic, None, None, None, None)}
-    n = sum(c["n"] for c in counts)
-    flagged = sum(c["flagged"] for c in counts)
+    n = sum(c.n for c in counts)
+    flagged = sum(c.flagged for c in counts)
     out.update({
-        "refine/tier_high_share": sum(c["n"] * c["high"] for c in counts) / n,
-        "refine/tier_high_clients": float(np.mean([c["high"] for c in counts])),
-        "refine/cache_coverage": sum(c["cached"] for c in counts) / n,
-        "refine/confident_share": sum(c["confident"] for c in counts) / flagged if flagged else float("nan"),
-        "refine/skipped_share": sum(c["skipped"] for c in counts) / n,
-        "refine/teacher_resets": float(np.mean([c["reset"] for c in counts])),
+        "refine/tier_high_share": sum(c.n * c.high for c in counts) / n,
+        "refine/tier_high_clients": float(np.mean([c.high for c in counts])),
+        "refine/cache_coverage": sum(c.cached for c in counts) / n,
+        "refine/confident_share": sum(c.confident for c in counts) / flagged if flagged else float("nan"),
+        "refine/skipped_share": sum(c.skipped for c in counts) / n,
+        "refine/teacher_resets": float(np.mean([c.reset for c in counts])),
     })
-    label_table = sum(c["label_table"] for c in counts)
+    label_table = sum(c.label_table for c in counts)
     out.update(premise_checks(bic, label_table[1], label_table.sum(0), label_table,
-                              sum(c["noise_table"] for c in counts)))
-    if "t_agree_kept" in counts[0]:
+                              sum(c.noise_table for c in counts)))
+    if counts[0].t_agree_kept is not None:
         kept = n - flagged
         out.update({
-            "teacher/agree_flagged": sum(c["t_agree_flagged"] for c in counts) / flagged if flagged else float("nan"),
-            "teacher/agree_kept": sum(c["t_agree_kept"] for c in counts) / kept if kept else float("nan"),
-            "teacher/agree_target": sum(c["t_agree_target"] for c in counts) / n,
-            "teacher/distilled_share": sum(c["b_active"] for c in counts) / n,
+            "teacher/agree_flagged": sum(c.t_agree_flagged for c in counts) / flagged if flagged else float("nan"),
+            "teacher/agree_kept": sum(c.t_agree_kept for c in counts) / kept if kept else float("nan"),
+            "teacher/agree_target": sum(c.t_agree_target for c in counts) / n,
+            "teacher/distilled_share": sum(c.b_active for c in counts) / n,
             "teacher/lambda_b": lambda_b,
         })
         shares = [s for u in updates if (s := _kl_share(u.metrics, lambda_b, lambda_r)) is not None]
@@ -356,6 +399,8 @@ def round_scalars(updates, means: dict[int, tuple[float, float]], lambda_b: floa
 
 @register("fedgr", params=FedGRParams)
 class FedGR(StagedMethod):
+    client_state_type = FedGRState
+
     # -- setup ------------------------------------------------------------------------------
     def init(self, ctx):
         if ctx.task == "multi":
@@ -409,20 +454,20 @@ class FedGR(StagedMethod):
         return plan
 
     def client_probe(self, task: ClientTask) -> ClientUpdate:
-        _, lbar = self._observe(task, self._round_view(task))
+        lbar = self._observe(task, self._round_view(task), self.client_state(task))  # probes keep no state
         return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=self._sieve_uploads(task, lbar))
 
-    def _sieve_uploads(self, task: ClientTask, lbar: np.ndarray) -> dict[str, np.ndarray]:
-        given = {"labels": task.data.labels.cpu().numpy()} if self.params.sieve_by == "class" else {}
-        return {"lbar": lbar, **given}
+    def _sieve_uploads(self, task: ClientTask, lbar: np.ndarray) -> FedGRUpload:
+        given = task.data.labels.cpu().numpy() if self.params.sieve_by == "class" else None
+        return FedGRUpload(lbar=lbar, labels=given)
 
     def _fit(self, rnd: int, ups: dict[int, dict[str, np.ndarray]]):
-        """The sieve over the uploads ({cid: {"lbar", and "labels" for sieve_by=class}})."""
+        """The sieve over the uploads {cid: FedGRUpload with lbar (and labels for sieve_by=class)}."""
         seed = int(np.random.default_rng([self.cfg.seed, rnd, _GMM_SALT]).integers(2**31 - 1))
-        lbar, est = {c: u["lbar"] for c, u in ups.items()}, self.params.rate_estimator
+        lbar, est = {c: u.lbar for c, u in ups.items()}, self.params.rate_estimator
         kw = {"seed": seed, "estimator": est, "gate": self.params.sieve_gate == "bic"}
         if self.params.sieve_by == "class":
-            return classwise_sieve(lbar, {c: u["labels"] for c, u in ups.items()}, **kw)
+            return classwise_sieve(lbar, {c: u.labels for c, u in ups.items()}, **kw)
         return (pooled_sieve if self.params.sieving else local_sieve)(lbar, **kw)
 
     def after_probe(self, state, plan: RoundPlan, answers) -> RoundPlan:
@@ -434,7 +479,7 @@ class FedGR(StagedMethod):
     def summarize(self, state, plan, updates, params):
         extra, sieve = dict(state.extra), dict(state.extra.get("sieve", {}))
         fresh, means = plan.instructions.get("fresh", {}), plan.instructions.get("means", {})
-        ups = {u.cid: u.uploads for u in updates if "lbar" in u.uploads}
+        ups = {u.cid: u.uploads for u in updates if u.uploads.lbar is not None}
         if ups and (self.params.refit_every_round or state.rnd < self.alpha):
             res = self._fit(state.rnd, ups)
             fresh, means = {c: {"q": res.q[c], "rate": res.rate[c]} for c in res.q}, res.means
@@ -445,11 +490,11 @@ class FedGR(StagedMethod):
         bic = None
         if ups:  # the premise's bimodality check on the round's pooled surrogates (own GMM seed)
             seed = int(np.random.default_rng([self.cfg.seed, state.rnd, _GMM_SALT, 1]).integers(2**31 - 1))
-            bic = bic_pair(np.concatenate([u["lbar"] for u in ups.values()]), seed=seed, **GMM_KW)
+            bic = bic_pair(np.concatenate([u.lbar for u in ups.values()]), seed=seed, **GMM_KW)
         scalars = round_scalars(updates, means, lambda_b_at(state.rnd, self.alpha, p.lambda_b, p.lambda_b_ramp),
                                 p.lambda_r, bic)
         self._warn_premise(state.rnd, scalars)
-        teachers = [(u.uploads["teacher"], u.num_examples) for u in updates if "teacher" in u.uploads]
+        teachers = [(u.uploads.teacher, u.num_examples) for u in updates if u.uploads.teacher is not None]
         self._teacher_mean = mean_params(teachers)
         return extra, RoundMetrics(scalars=scalars, estimates=est)
 
@@ -483,35 +528,36 @@ class FedGR(StagedMethod):
             return None
         return task.data.store.normalize(self._weak(task.data.x01(), task.gen))
 
-    def _observe(self, task: ClientTask, x_w: torch.Tensor | None) -> tuple[dict[str, Any], np.ndarray | None]:
+    def _observe(self, task: ClientTask, x_w: torch.Tensor | None, st: FedGRState) -> np.ndarray | None:
         """Fold this visit's surrogate (w^t on the plain image or the weak view) into the client's
-        statistics -> (new state entries, the surrogate to upload, or None when not observed)."""
-        p, st = self.params, task.state
+        statistics in `st` -> the surrogate to upload, or None when not observed."""
+        p = self.params
         if task.rnd < self.alpha and not p.observe_warmup:
-            return {}, None
+            return None
         load_params_(self.global_model, task.params)  # the probe needs it too
         x = task.data.x() if p.surrogate_view == "plain" else x_w
         loss = F.cross_entropy(self._logits(self.global_model, x), task.data.labels, reduction="none").cpu().numpy()
         if p.t_obs is not None:
-            window = push_window(st.get("window"), loss, p.t_obs)
-            return {"window": window}, window_mean(window)
-        mean, count = running_mean(st.get("lmean"), st.get("lcount", 0), loss)
-        return {"lmean": mean, "lcount": count}, mean
+            st.window = push_window(st.window, loss, p.t_obs)
+            return window_mean(st.window)
+        st.lmean, st.lcount = running_mean(st.lmean, st.lcount, loss)
+        return st.lmean
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
         p, data = self.params, task.data
         load_params_(self.global_model, task.params)  # w^t: surrogate, pseudo-labels, R's frozen backbone
         x_w = self._round_view(task)
-        obs, lbar = self._observe(task, x_w)
-        state = {**task.state, **obs}
-        uploads = self._sieve_uploads(task, lbar) if lbar is not None and p.sieve_timing == "lagged" else {}
+        state = self.client_state(task)
+        lbar = self._observe(task, x_w, state)
+        lagged = lbar is not None and p.sieve_timing == "lagged"
+        uploads = self._sieve_uploads(task, lbar) if lagged else FedGRUpload()
         extras = {"state": state, "uploads": uploads, "sums": {}, "warmup": task.rnd < self.alpha}
         if extras["warmup"]:
             return extras
         est = task.instructions.get("sieve", {}).get(task.cid) or {"q": np.ones(data.n), "rate": 0.0}
         q = torch.as_tensor(np.asarray(est["q"]), dtype=torch.float32, device=data.labels.device)
         rate, flagged = float(est["rate"]), q < 0.5
-        old_cache = task.state.get("cache")
+        old_cache = state.cache
         coverage = float((old_cache >= 0).float().mean()) if old_cache is not None else 0.0
         global_logits = self._logits(self.global_model, x_w)
         y_pse, confident = pseudo_labels(global_logits, p.tau_conf)
@@ -519,14 +565,14 @@ class FedGR(StagedMethod):
             cache = update_cache(old_cache, data.labels, flagged, y_pse, confident, p.cache)
             targets, weights = tier_targets(data.labels, q, rate, cache, p.beta, self.ctx.num_classes,
                                             _MISSING[p.cache], p.cache != "none", p.clean_keep_label)
-            state["cache"] = cache if p.cache != "none" else old_cache
+            state.cache = cache if p.cache != "none" else old_cache
             if p.soft_q == "batch" and rate < p.beta:  # the authors' (B, 1) x (B,) broadcast, per batch
                 extras["soft_batch"] = (q, cache, _MISSING[p.cache], p.cache != "none")
         else:
             targets, weights = select_targets(data.labels, q, self.ctx.num_classes, p.unrefined == "weighted")
         reset = teacher_reset(rate, coverage, p.beta, p.reset_coverage)
         if p.ema_distill:
-            extras["ema_start"] = revise(None if reset else task.state.get("ema"), task.params, p.gamma_g)
+            extras["ema_start"] = revise(None if reset else state.ema, task.params, p.gamma_g)
             load_params_(self.ema_model, extras["ema_start"])
             extras["teacher"] = self._logits(self.ema_model, x_w)
             if p.distill_on == "weighted":
@@ -535,24 +581,24 @@ class FedGR(StagedMethod):
                 agree = confident_agreement(extras["teacher"], targets, p.distill_conf)
                 extras["b_weight"] = weights * agree.to(weights.dtype)
             if p.teacher_eval:
-                uploads["teacher"] = extras["ema_start"]
+                uploads.teacher = extras["ema_start"]
         extras["lambda_b"] = lambda_b_at(task.rnd, self.alpha, p.lambda_b, p.lambda_b_ramp)
-        cached = state.get("cache")
-        uploads["counts"] = {
-            "n": data.n, "flagged": int(flagged.sum()), "confident": int((flagged & confident).sum()),
-            "cached": int((cached >= 0).sum()) if cached is not None else 0, "high": float(rate >= p.beta),
-            "skipped": int((weights == 0).sum()), "reset": float(reset and p.ema_distill),
+        cached = state.cache
+        uploads.counts = VisitCounts(
+            n=data.n, flagged=int(flagged.sum()), confident=int((flagged & confident).sum()),
+            cached=int((cached >= 0).sum()) if cached is not None else 0, high=float(rate >= p.beta),
+            skipped=int((weights == 0).sum()), reset=float(reset and p.ema_distill),
             **client_counts(data.labels, flagged, global_logits.argmax(1), extras.get("teacher"), targets,
-                            extras.get("b_weight"), self.ctx.num_classes)}
+                            extras.get("b_weight"), self.ctx.num_classes))
         return {**extras, "targets": targets, "weights": weights}
 
     def after_local(self, task, extras):
         state, sums, consts = extras["state"], extras["sums"], extras.get("batched_consts")
         if self.params.ema_distill and not extras["warmup"]:
-            state["ema"] = get_params(self.ema_model) if consts is None else \
+            state.ema = get_params(self.ema_model) if consts is None else \
                 {k: v.clone() for k, v in consts["ema"].items()}
         steps = sums.pop("steps", 0) if consts is None else extras["batched_steps"]
-        state["steps"] = task.state.get("steps", 0) + steps
+        state.steps += steps
         extras["metrics"] = {f"fedgr/loss_{k}": float(v) / max(steps, 1) for k, v in sums.items()}
         return extras["uploads"], state
 
@@ -627,14 +673,14 @@ class FedGR(StagedMethod):
         weights = {"sr": 1.0, "b": lambda_b, "r": self.params.lambda_r}
         return sum(weights[name] * value for name, value in terms.items())
 
-    def _ema_start_step(self, task) -> int:
-        return task.state.get("steps", 0) if self.params.ema_ramp == "lifetime" else 0
+    def _ema_start_step(self, extras) -> int:
+        return extras["state"].steps if self.params.ema_ramp == "lifetime" else 0
 
     def after_step(self, task, extras):
         p = self.params
         if extras["warmup"] or not p.ema_distill:
             return None
-        step = [self._ema_start_step(task)]
+        step = [self._ema_start_step(extras)]
 
         def update(model: torch.nn.Module) -> None:
             decay = p.gamma_l if p.ema_ramp == "off" else ramped_decay(step[0], p.gamma_l)
@@ -669,7 +715,7 @@ class FedGR(StagedMethod):
             return {}
         dev = extras["labels"].device
         return {"ema": extras["ema_start"],
-                "ema_step": torch.tensor(float(self._ema_start_step(task)), dtype=torch.float64, device=dev)}
+                "ema_step": torch.tensor(float(self._ema_start_step(extras)), dtype=torch.float64, device=dev)}
 
     def batched_inputs(self, task, extras):
         views, with_weak = self.make_x(task), self._view_plan(task)[1]

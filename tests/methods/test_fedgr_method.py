@@ -13,6 +13,7 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import GroundTruth
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan, ServerState
+from fedcore.methods.fedgr import FedGRUpload
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment
 from fedcore.train.local import Batch
@@ -105,9 +106,9 @@ def test_sieving_switch_fits_per_client_mixtures_and_changes_the_loss(fed):
     rng = np.random.default_rng(0)
     n0, n1 = (make_method(fed)[0].ctx.clients[c].n for c in (0, 1))
     # Client 0 uploads small surrogates only, client 1 a clean half and a noisy half.
-    ups = [ClientUpdate(cid=0, num_examples=n0, uploads={"lbar": rng.normal(0.2, 0.05, n0)}),
-           ClientUpdate(cid=1, num_examples=n1, uploads={"lbar": np.r_[rng.normal(0.2, 0.05, n1 - n1 // 2),
-                                                                       rng.normal(3.0, 0.1, n1 // 2)]})]
+    ups = [ClientUpdate(cid=0, num_examples=n0, uploads=FedGRUpload(lbar=rng.normal(0.2, 0.05, n0))),
+           ClientUpdate(cid=1, num_examples=n1, uploads=FedGRUpload(lbar=np.r_[rng.normal(0.2, 0.05, n1 - n1 // 2),
+                                                                           rng.normal(3.0, 0.1, n1 // 2)]))]
     losses = {}
     for sieving in (True, False):
         method, state = make_method(fed, sieving=sieving)
@@ -128,7 +129,7 @@ def test_warmup_is_ce_on_given_labels_plus_r_and_no_sieve_is_used(fed):
     task = ClientTask(0, state.params, method.ctx.clients[0], {}, {}, rng, gen, 0, "train")
     extras = method.before_local(task)
     assert extras["warmup"] and "targets" not in extras and "teacher" not in extras
-    assert extras["uploads"]["lbar"].shape == (task.data.n,)  # the surrogate is observed from round 0
+    assert extras["uploads"].lbar.shape == (task.data.n,)  # the surrogate is observed from round 0
     pos = torch.arange(8)
     batch = Batch(pos=pos, x=method.make_x(task)(pos), y=task.data.labels[pos])
     terms = method.loss_terms(method.model, batch, extras)
@@ -157,8 +158,8 @@ def test_probe_mode_scores_and_trains_on_the_same_round_view(fed):
     assert method.plan_round(state, 1).probe is None and list(method.plan_round(state, 2).probe) == list(range(6))
     probe = method.client_probe(task_for(method, state, sieve={0: None}))
     extras = method.before_local(task_for(method, state))
-    np.testing.assert_allclose(probe.uploads["lbar"], extras["state"]["window"][:, 0])
-    assert "lbar" not in extras["uploads"]  # probed, not uploaded again
+    np.testing.assert_allclose(probe.uploads.lbar, extras["state"].window[:, 0])
+    assert extras["uploads"].lbar is None  # probed, not uploaded again
 
 
 def test_short_run_reports_the_promised_metrics(fed, tmp_path):
@@ -253,7 +254,7 @@ def test_probe_and_sieve_align_losses_posteriors_and_rates_with_the_samples(fed)
     cids = list(range(len(clients)))
     answers = [method.client_probe(task_for(method, oracle, cid=c, sieve={c: None})) for c in cids]
     sieve = method.after_probe(oracle, RoundPlan("train", cohort=cids, probe=cids), answers).instructions["sieve"]
-    lbar = np.concatenate([a.uploads["lbar"] for a in answers])
+    lbar = np.concatenate([a.uploads.lbar for a in answers])
     q = np.concatenate([np.asarray(sieve[c]["q"]) for c in cids])
     noisy = np.concatenate([fed.truth.is_noisy_sample[np.asarray(fed.client_indices[c])] for c in cids])
     auc = (lbar[noisy][:, None] > lbar[~noisy][None, :]).mean()
