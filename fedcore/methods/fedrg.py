@@ -57,6 +57,7 @@ equals the `paper` score whenever responsibilities sum to 1 (see `stats.vmf.clea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -121,6 +122,27 @@ class FedRGParams(MethodParams):
     t_lr_scale: float = Field(1.0, gt=0.0, description="T's learning rate relative to the network's")
 
 
+@dataclass
+class FedRGState:
+    """One client's detector state across its train visits (names as in the spec)."""
+
+    mix: vmf.VMFMixture | None = None  # the vMF mixture over its embeddings
+    median: float | None = None  # EMA of the median view concentration
+    B: np.ndarray | None = None  # (C, G) label -> component templates (the spec's name)
+    counts: np.ndarray | None = None  # (C, G) soft counts behind the posterior score
+    clean: np.ndarray | None = None  # (n,) bool: last round's geometry split
+    t_init: int | None = None  # the round T was estimated in (t_init: estimate), once
+
+
+@dataclass
+class FedRGUpload:
+    """A train visit's flags and T's diagonal, for the server's estimates."""
+
+    noisy: np.ndarray  # (n,) bool: the geometry detector's flags (the training mask)
+    small_loss: np.ndarray  # (n,) bool: the small-loss detector's, beside it
+    t_diag: float  # mean diagonal of the client's T after training
+
+
 class Absorption(nn.Module):
     """Noise absorption matrix T (C, C): p_noisy = softmax(logits) @ T."""
 
@@ -158,6 +180,8 @@ class FedRGNet(nn.Module):
 
 @register("fedrg", params=FedRGParams)
 class FedRG(StagedMethod):
+    client_state_type = FedRGState
+
     def __init__(self, cfg, params: FedRGParams) -> None:
         super().__init__(cfg, params)
         # `global` is the ablation that shows why T must stay on the client.
@@ -227,20 +251,20 @@ class FedRG(StagedMethod):
         p, y_t = self.params, task.data.labels
         y, c = y_t.cpu().numpy(), self.ctx.num_classes
         z, z1, z2, logits = self.embed(task)
-        st, g = task.state, p.components or c
-        mix = vmf.VMFMixture(**st["mix"]) if "mix" in st else vmf.init_mixture(z, g, task.rng, p.kappa0, p.pi0)
+        st, g = self.client_state(task), p.components or c
+        mix = st.mix if st.mix is not None else vmf.init_mixture(z, g, task.rng, p.kappa0, p.pi0)
         mix = vmf.fit(z, mix, p.em_iters, p.mix_momentum, p.normalizer, prior=p.prior, kappa_clamp=(0.5, p.kappa_max))
         kappa_aug = vmf.aug_concentration(z1, z2)
-        median = vmf.ema_median(st.get("median"), kappa_aug, p.median_momentum)
+        median = vmf.ema_median(st.median, kappa_aug, p.median_momentum)
         resp = vmf.responsibilities(z, mix, vmf.temper_factor(kappa_aug, median), p.normalizer, p.resp_temperature)
-        weight = st.get("clean", np.ones(len(y), bool))
+        weight = st.clean if st.clean is not None else np.ones(len(y), bool)
         weight = vmf.label_fallback(y, weight) if p.b_fallback else weight
         counts_new = vmf.class_counts(resp[:, 1:], y, weight, c, p.eta)
-        b = vmf.ema_rows(st.get("B", np.full((c, g), 1.0 / g)), counts_new / counts_new.sum(1, keepdims=True),
-                         p.b_momentum)
+        b_old = st.B if st.B is not None else np.full((c, g), 1.0 / g)
+        b = vmf.ema_rows(b_old, counts_new / counts_new.sum(1, keepdims=True), p.b_momentum)
         # The posterior's counts start at the first observation, not at a uniform B: a uniform start
         # would make P(label | component) the label frequencies for the first rounds.
-        counts = counts_new if "counts" not in st else (1 - p.b_momentum) * st["counts"] + p.b_momentum * counts_new
+        counts = counts_new if st.counts is None else (1 - p.b_momentum) * st.counts + p.b_momentum * counts_new
         if p.score == "posterior":
             score = vmf.posterior_score(resp, counts, y)
         else:
@@ -252,13 +276,11 @@ class FedRG(StagedMethod):
         metrics = {"detect/flagged": float(noisy.mean()), "detect/small_loss/flagged": float(small_loss.mean()),
                    "vmf/pi0": mix.pi0, "vmf/kappa_mean": float(mix.kappa.mean()),
                    "vmf/bg_resp": float(resp[:, 0].mean())}
-        state = {"mix": mix.as_dict(), "median": median, "B": b, "counts": counts, "clean": ~noisy}
+        state = FedRGState(mix=mix, median=median, B=b, counts=counts, clean=~noisy, t_init=st.t_init)
         mask = torch.as_tensor(noisy, device=y_t.device)
-        if "t_init" in st:
-            state["t_init"] = st["t_init"]
-        elif self.wants_t_estimate(task):
+        if st.t_init is None and self.wants_t_estimate(task):
             self.set_t_estimate(logits[mask], y_t[mask])
-            state["t_init"] = task.rnd
+            state.t_init = task.rnd
         return {"noisy": mask, "small_loss": small_loss, "metrics": metrics, "state": state}
 
 
@@ -328,17 +350,17 @@ class FedRG(StagedMethod):
         if task.stage == "pretrain":
             return {}, None
         diag = float(torch.diagonal(self.model.absorption.T.detach()).mean())
-        uploads = {"noisy": extras["noisy"].cpu().numpy(), "small_loss": extras["small_loss"], "t_diag": diag}
-        return uploads, extras["state"]
+        return FedRGUpload(noisy=extras["noisy"].cpu().numpy(), small_loss=extras["small_loss"], t_diag=diag), \
+            extras["state"]
 
     # -- server ----------------------------------------------------------------------------
     def summarize(self, state, plan, updates, params):
-        ups = [u for u in updates if "noisy" in u.uploads]
+        ups = {u.cid: u.uploads for u in updates if isinstance(u.uploads, FedRGUpload)}
         if not ups:
             return dict(state.extra), RoundMetrics()
         est = Estimates(sample_noisy={
-            "main": {u.cid: u.uploads["noisy"] for u in ups},
-            "small_loss": {u.cid: u.uploads["small_loss"] for u in ups},
+            "main": {c: u.noisy for c, u in ups.items()},
+            "small_loss": {c: u.small_loss for c, u in ups.items()},
         })
-        scalars = {"absorption/diag_mean": float(np.mean([u.uploads["t_diag"] for u in ups]))}
+        scalars = {"absorption/diag_mean": float(np.mean([u.t_diag for u in ups.values()]))}
         return dict(state.extra), RoundMetrics(scalars=scalars, estimates=est)
