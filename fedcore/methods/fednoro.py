@@ -39,6 +39,7 @@ record is in docs/results/baselines.md). Followed by default, older choices kept
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -98,6 +99,21 @@ def kd_per_sample(
     return torch.where(kd_mask, kd, losses.la_ce(logits, y, log_prior, tau, reduction="none"))
 
 
+@dataclass
+class NoiseAwareState:
+    """A client's relabeling (FedSIR's relabel events write it; FedNoRo keeps the defaults)."""
+
+    labels: torch.Tensor | None = None  # (n,) working labels; None: the given ones
+    kd_mask: torch.Tensor | None = None  # (n,) bool: samples KD acts on; None: all of them
+
+
+@dataclass
+class ClassLosses:
+    """A FedNoRo probe's answer: the global model's mean CE per class on the client's labels (C,)."""
+
+    class_loss: np.ndarray
+
+
 class NoiseAwareMethod(StagedMethod):
     """Clean clients: LA; noisy clients: LA-KD; server: DaAgg. The noisy set lives in
     `state.extra["noisy"]` and travels to clients as `instructions["noisy"]`.
@@ -107,6 +123,7 @@ class NoiseAwareMethod(StagedMethod):
     """
 
     noise_aware_stages: tuple[str, ...] = ("train",)
+    client_state_type = NoiseAwareState
 
     def init(self, ctx):
         if ctx.task == "multi":
@@ -145,7 +162,7 @@ class NoiseAwareMethod(StagedMethod):
             load_params_(self.teacher, task.params)
         prior = losses.class_log_prior(labels, self.ctx.num_classes, self.params.absent_prior)
         return {"log_prior": prior, "w_kd": w_kd,
-                "kd_mask": task.state.get("kd_mask") if noisy else None}
+                "kd_mask": self.client_state(task).kd_mask if noisy else None}
 
     def loss(self, model, batch, task, extras) -> torch.Tensor:
         tau = self.params.tau_la if self.params.la else 0.0
@@ -263,12 +280,12 @@ class FedNoRo(NoiseAwareMethod):
         labels = self.targets(task)
         loss = torch.nn.functional.cross_entropy(predict_client(self.model, task.data), labels, reduction="none")
         cl = class_mean_losses(loss.cpu().numpy(), labels.cpu().numpy(), self.ctx.num_classes)
-        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads={"class_loss": cl})
+        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=ClassLosses(cl))
 
     def after_probe(self, state: ServerState, plan: RoundPlan, answers: Sequence[ClientUpdate]) -> RoundPlan:
         cids = [a.cid for a in answers]
         p = self.params
-        flags = detect_noisy_clients(np.stack([a.uploads["class_loss"] for a in answers]), self.ctx.seed,
+        flags = detect_noisy_clients(np.stack([a.uploads.class_loss for a in answers]), self.ctx.seed,
                                      p.gmm_n_init, p.detect_scaling, p.detect_votes)
         verdict = {c: bool(f) for c, f in zip(cids, flags, strict=True)}
         noisy = frozenset(c for c, f in verdict.items() if f)

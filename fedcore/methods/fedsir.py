@@ -44,6 +44,7 @@ Departures and choices:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -51,8 +52,9 @@ import torch
 from pydantic import Field
 
 from fedcore.config import tune_range
+from fedcore.engine.store import plain_state
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, ServerState, Stage
-from fedcore.methods.fednoro import NoiseAwareMethod, NoiseAwareParams
+from fedcore.methods.fednoro import NoiseAwareMethod, NoiseAwareParams, NoiseAwareState
 from fedcore.methods.registry import register
 from fedcore.stats import spectral
 from fedcore.train import losses
@@ -97,6 +99,16 @@ class FedSIRParams(NoiseAwareParams):
     kd_end: int = Field(49, ge=0, description="train-stage round where the ramp reaches kd_a")
 
 
+@dataclass
+class FedSIRUpload:
+    """What a FedSIR client sends; each field only in the round that asks for it."""
+
+    mu: float | None = None  # identify: the client's descriptors (spectral.client_descriptors)
+    e: float | None = None
+    spectra: Any = None  # relabel probe of a clean client: per-class spectra of phi_clean's features
+    labels: np.ndarray | None = None  # relabel round: the working labels (for the relabel metrics only)
+
+
 def relabel_event(rnd: int, every: int, first: int = 0) -> bool:
     """Whether train-phase round rnd relabels: rounds first, first + every, ... (0-based)."""
     return rnd >= first and (rnd - first) % every == 0
@@ -133,7 +145,7 @@ class FedSIR(NoiseAwareMethod):
     def after_probe(self, state: ServerState, plan: RoundPlan, answers: Sequence[ClientUpdate]) -> RoundPlan:
         p = self.params
         min_n = p.min_class_n if p.consensus_min_n is None else p.consensus_min_n
-        refs = spectral.consensus([a.uploads["spectra"] for a in answers], self.ctx.num_classes,
+        refs = spectral.consensus([a.uploads.spectra for a in answers], self.ctx.num_classes,
                                   p.residual_dim, min_n, p.eigengap_min, p.consensus_weight, p.client_residual_dim)
         return RoundPlan(stage=plan.stage, instructions={**plan.instructions, "references": refs})
 
@@ -155,10 +167,11 @@ class FedSIR(NoiseAwareMethod):
         z = self.features(task.instructions["phi_clean"], task)
         spectra = spectral.class_spectra(z, task.data.labels.cpu().numpy(), self.ctx.num_classes, 1,
                                          self.params.energy_ratio)
-        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads={"spectra": spectra})
+        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=FedSIRUpload(spectra=spectra))
 
-    def relabel(self, task: ClientTask) -> dict[str, Any]:
-        """New working labels and KD mask (device tensors) from the consensus references."""
+    def relabel(self, task: ClientTask) -> tuple[NoiseAwareState, float]:
+        """New working labels and KD mask (device tensors) from the consensus references, and the
+        share of samples where the two criteria agree."""
         refs, c = task.instructions["references"], self.ctx.num_classes
         z = self.features(task.instructions["phi_clean"], task)
         proposal, agree = spectral.gate(spectral.principal_scores(z, refs, c), spectral.residual_scores(z, refs, c),
@@ -166,33 +179,32 @@ class FedSIR(NoiseAwareMethod):
         original = task.data.labels
         prop = torch.as_tensor(proposal, device=original.device)
         labels = torch.where(prop >= 0, prop, original)
-        return {"labels": labels, "kd_mask": torch.as_tensor(~agree, device=original.device),
-                "agree_rate": float(agree.mean()) if len(agree) else 0.0}
+        return (NoiseAwareState(labels=labels, kd_mask=torch.as_tensor(~agree, device=original.device)),
+                float(agree.mean()) if len(agree) else 0.0)
 
     def prepare_local(self, task: ClientTask) -> dict[str, Any]:
         """A relabel event: noisy clients relabel from phi_clean's features before training."""
         if task.stage == "identify" or task.cid not in task.instructions["noisy"] \
                 or "references" not in task.instructions:
             return {}
-        new = self.relabel(task)
-        agree = new.pop("agree_rate")
-        task.state.update(new)
+        new, agree = self.relabel(task)
+        task.state = plain_state(new)  # the visit trains on the new labels (targets and KD read it)
         return {"metrics": {"relabel/agree_rate": agree}}
 
     def prior_targets(self, task: ClientTask) -> torch.Tensor:
         return task.data.labels if self.params.prior_labels == "original" else self.targets(task)
 
     def after_local(self, task, extras):
-        uploads: dict[str, Any] = {}
+        uploads = FedSIRUpload()
         if task.stage == "identify":  # E1 local epochs from the shared model, then the client's (mu, e)
             p = self.params
             z = self.features(None, task, augmented=p.identify_features == "augmented")
             mu, e = spectral.client_descriptors(z, task.data.labels.cpu().numpy(), self.ctx.num_classes,
                                                 p.min_class_n)
-            uploads.update({"mu": mu, "e": e})
+            uploads.mu, uploads.e = mu, e
         elif "references" in task.instructions:  # diagnostic only: lets the scorer grade the relabeling
-            uploads["labels"] = self.targets(task).cpu().numpy()
-        return uploads, dict(task.state)
+            uploads.labels = self.targets(task).cpu().numpy()
+        return uploads, self.client_state(task)
 
     def optim_spec(self, task: ClientTask) -> OptimSpec:
         if task.stage != "identify":
@@ -224,14 +236,14 @@ class FedSIR(NoiseAwareMethod):
             phi = weighted_average([u.params for u in clean], [u.num_examples for u in clean])
             state = state.replace(extra={**state.extra, "phi_clean": phi})
         if "references" in plan.instructions:
-            metrics.estimates.labels = {u.cid: u.uploads["labels"] for u in updates if "labels" in u.uploads}
+            metrics.estimates.labels = {u.cid: u.uploads.labels for u in updates if u.uploads.labels is not None}
             refs = plan.instructions["references"]
             metrics.scalars["relabel/fallback_classes"] = float(sum(r.fallback for r in refs.values()))
         return state, metrics
 
     def identify_server(self, state: ServerState, updates: Sequence[ClientUpdate]) -> tuple[ServerState, RoundMetrics]:
         """GMM on the descriptors; global model and phi_clean = FedAvg of the clean clients."""
-        desc = np.array([[u.uploads["mu"], u.uploads["e"]] for u in updates])
+        desc = np.array([[u.uploads.mu, u.uploads.e] for u in updates])
         q = spectral.identify_clients(desc, seed=self.ctx.seed, n_init=self.params.gmm_n_init)
         clean = q >= 0.5
         if not clean.any():
