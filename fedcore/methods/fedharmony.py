@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -112,7 +113,7 @@ from fedcore.stats.correlation_v3 import (
 from fedcore.train.local import predict_client
 from fedcore.train.params import load_params_
 
-__all__ = ["FedHarmony", "FedHarmonyParams"]
+__all__ = ["FedHarmony", "FedHarmonyParams", "FedHarmonyUpload"]
 
 
 class FedHarmonyParams(MethodParams):
@@ -153,6 +154,14 @@ class FedHarmonyParams(MethodParams):
     diagnostics: bool = Field(
         True, description="log ECL's gradient ratio to BCE and its share opposing the labels each round (one "
         "extra backward over the local scores)")
+
+@dataclass
+class FedHarmonyUpload:
+    """R_k of a client's scores (after training, or of the global model's at a round-start probe)."""
+
+    corr: np.ndarray  # (C, C) phi correlation of the sigmoid scores
+    moments: tuple[np.ndarray, np.ndarray] | None = None  # teacher: pooled: marginals (C,), pair moments (C, C)
+
 
 @register("fedharmony", params=FedHarmonyParams)
 class FedHarmony(StagedMethod):
@@ -197,9 +206,9 @@ class FedHarmony(StagedMethod):
         # Kept for before_local of this same round: the model it loads is the same global one.
         self._scores[(task.cid, task.rnd)] = logits
         probs = torch.sigmoid(logits).double()
-        ups = {"corr": phi_correlation(probs, eps=self.params.eps).cpu().numpy()}
+        ups = FedHarmonyUpload(corr=phi_correlation(probs, eps=self.params.eps).cpu().numpy())
         if self.params.teacher == "pooled":
-            ups["moments"] = score_moments(probs.cpu().numpy())
+            ups.moments = score_moments(probs.cpu().numpy())
         return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=ups)
 
     def after_probe(self, state: ServerState, plan: RoundPlan, answers: Sequence[ClientUpdate]) -> RoundPlan:
@@ -210,10 +219,10 @@ class FedHarmony(StagedMethod):
         return dataclasses.replace(plan, instructions=ins)
 
     def _remember(self, extra, ups: Sequence[ClientUpdate]) -> dict[str, Any]:
-        out = {**extra, "stats": {**extra["stats"], **{u.cid: u.uploads["corr"] for u in ups}},
+        out = {**extra, "stats": {**extra["stats"], **{u.cid: u.uploads.corr for u in ups}},
                "sizes": {**extra["sizes"], **{u.cid: u.num_examples for u in ups}}}
         if self.params.teacher == "pooled":
-            out["moments"] = {**extra["moments"], **{u.cid: u.uploads["moments"] for u in ups}}
+            out["moments"] = {**extra["moments"], **{u.cid: u.uploads.moments for u in ups}}
         return out
 
     def _teachers(self, extra, clients) -> dict[int, np.ndarray]:
@@ -263,12 +272,12 @@ class FedHarmony(StagedMethod):
             out = out + extras["lam"] * gap
         return out
 
-    def after_local(self, task: ClientTask, extras: dict[str, Any]) -> tuple[dict[str, Any], None]:
+    def after_local(self, task: ClientTask, extras: dict[str, Any]) -> tuple[FedHarmonyUpload, None]:
         probs = torch.sigmoid(predict_client(self.model, task.data))
         r = phi_correlation(probs.double(), eps=self.params.eps).cpu().numpy()
-        ups: dict[str, Any] = {"corr": r}
+        ups = FedHarmonyUpload(corr=r)
         if self.params.teacher == "pooled" and self.params.timing == "upload":
-            ups["moments"] = score_moments(probs.double().cpu().numpy())
+            ups.moments = score_moments(probs.double().cpu().numpy())
         if "teacher" in extras:
             gap = alignment_gap(torch.as_tensor(r), extras["teacher"].cpu().double(), extras["mask"].cpu(),
                                 per_entry=self.params.scale == "entry")
@@ -284,14 +293,14 @@ class FedHarmony(StagedMethod):
             extra = plan.instructions["memory"]
             teachers, blocks = plan.instructions["teachers"], plan.instructions["blocks"]
             start = extra["stats"]
-            rs = [start[u.cid] if p.gap_from == "start" else u.uploads["corr"] for u in updates]
+            rs = [start[u.cid] if p.gap_from == "start" else u.uploads.corr for u in updates]
             gaps = np.array([self._gap(r, teachers.get(u.cid), blocks.get(u.cid)) for r, u in zip(rs, updates,
                                                                                                    strict=True)])
         else:
             extra = self._remember(state.extra, updates)
             teachers = self._teachers(extra, range(len(self.ctx.clients)))
             blocks = {k: self._blocks(t) for k, t in teachers.items()}
-            gaps = np.array([self._gap(u.uploads["corr"], teachers.get(u.cid), blocks.get(u.cid)) for u in updates])
+            gaps = np.array([self._gap(u.uploads.corr, teachers.get(u.cid), blocks.get(u.cid)) for u in updates])
         n = np.array([u.num_examples for u in updates], dtype=np.float64)
         alpha = alpha_schedule(state.stage_round, self._t0())
         gamma = relative_gamma(gaps, p.gamma) if p.gamma_by == "median" else p.gamma

@@ -16,6 +16,7 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan
 from fedcore.errors import ConfigError
+from fedcore.methods.fedharmony import FedHarmonyUpload
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context
 from fedcore.stats.correlation import phi_correlation
@@ -53,7 +54,7 @@ def fake_updates(state, sizes=(100, 100, 200), levels=(0.1, 0.2, 0.6)):
         r = np.full((10, 10), lv)
         np.fill_diagonal(r, 1.0)
         params = {name: (v + k if v.is_floating_point() else v) for name, v in state.params.items()}
-        ups.append(ClientUpdate(cid=k, num_examples=n, params=params, uploads={"corr": r}))
+        ups.append(ClientUpdate(cid=k, num_examples=n, params=params, uploads=FedHarmonyUpload(corr=r)))
     return ups
 
 
@@ -139,7 +140,7 @@ def test_consensus_switch_removes_the_alignment_term(fed):
 def test_client_uploads_its_correlation(fed):
     method, state = make_method(fed)
     up = method.client_update(_task(method, state, teacher=np.full((10, 10), 0.1)))
-    r = up.uploads["corr"]
+    r = up.uploads.corr
     assert r.shape == (10, 10) and np.allclose(r, r.T)
     assert "harmony/client_gap" in up.metrics
 

@@ -36,7 +36,7 @@ def test_uploaded_correlation_is_phi_of_sigmoid_scores_on_all_local_data(fed):  
     up = method.client_update(_task(method, state))
     probs = torch.sigmoid(predict_client(method.model, method.ctx.clients[0]))
     assert len(probs) == method.ctx.clients[0].n
-    np.testing.assert_allclose(up.uploads["corr"], phi_correlation(probs.double(), eps=1e-6).numpy(), atol=1e-6)
+    np.testing.assert_allclose(up.uploads.corr, phi_correlation(probs.double(), eps=1e-6).numpy(), atol=1e-6)
 
 
 def test_caa_mixes_by_alpha_halfway_to_t0(fed):  # noqa: F811
