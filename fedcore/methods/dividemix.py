@@ -48,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -220,6 +221,13 @@ def local_round(nets: dict[str, nn.Module], data: ClientData, labels: torch.Tens
     return w, metrics
 
 
+@dataclass
+class DivideMixUpload:
+    """A train visit's division, for the server's estimates."""
+
+    noisy: np.ndarray  # (n,) bool: net a's clean probability <= p_threshold
+
+
 @register("dividemix", params=DivideMixParams)
 class DivideMix(Coteaching):
     @property
@@ -312,16 +320,16 @@ class DivideMix(Coteaching):
         if task.stage != "train":
             return {}, None
         if not self.joint():  # local_round reported its metrics
-            return {"noisy": (extras["w"]["a"] <= self.params.p_threshold).cpu().numpy()}, None
+            return DivideMixUpload((extras["w"]["a"] <= self.params.p_threshold).cpu().numpy()), None
         sums = dict(extras["sums"])
         steps = max(sums.pop("steps", 0), 1)
         metrics = {f"dividemix/loss_{k}": float(v) / (2 * steps) for k, v in sums.items()}
         metrics["dividemix/labelled_a"] = float((extras["w"]["b"] > self.params.p_threshold).float().mean())
         extras["metrics"] = metrics
-        return {"noisy": (extras["w"]["a"] <= self.params.p_threshold).cpu().numpy()}, None
+        return DivideMixUpload((extras["w"]["a"] <= self.params.p_threshold).cpu().numpy()), None
 
     def summarize(self, state, plan, updates, params):
-        flags = {u.cid: u.uploads["noisy"] for u in updates if "noisy" in u.uploads}
+        flags = {u.cid: u.uploads.noisy for u in updates if isinstance(u.uploads, DivideMixUpload)}
         if not flags:
             return dict(state.extra), RoundMetrics()
         est = Estimates(sample_noisy={"main": flags}, client_rate={c: float(f.mean()) for c, f in flags.items()})
