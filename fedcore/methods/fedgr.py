@@ -176,7 +176,6 @@ class FedGRParams(MethodParams):
         "probe: scored and sieved before training in the same round [v1]"
     )
     rate_estimator: Literal["threshold", "mean"] = Field("threshold", description="r_k: share q<0.5 [v1: mean(1-q)]")
-    refit_every_round: bool = Field(True, description="False: freeze the sieve after the warm-up")
     sieving: bool = Field(True, description="False: one GMM per client (w/o FS)")
     sieve_by: Literal["pool", "class"] = Field(
         "pool", description="pool: one GMM over every surrogate (the paper); class (ours, a diagnostic): one GMM "
@@ -448,8 +447,7 @@ class FedGR(StagedMethod):
     def plan_round(self, state, rnd: int) -> RoundPlan:
         cohort, known = self.sampler.sample(rnd), state.extra.get("sieve", {})
         plan = RoundPlan(stage=state.stage, cohort=cohort, instructions={"sieve": known})
-        refit = self.params.refit_every_round or not all(c in known for c in cohort)
-        if self.params.sieve_timing == "probe" and rnd >= self.alpha and refit:
+        if self.params.sieve_timing == "probe" and rnd >= self.alpha:
             return dataclasses.replace(plan, probe=cohort)
         return plan
 
@@ -461,7 +459,7 @@ class FedGR(StagedMethod):
         given = task.data.labels.cpu().numpy() if self.params.sieve_by == "class" else None
         return FedGRUpload(lbar=lbar, labels=given)
 
-    def _fit(self, rnd: int, ups: dict[int, dict[str, np.ndarray]]):
+    def _fit(self, rnd: int, ups: dict[int, FedGRUpload]):
         """The sieve over the uploads {cid: FedGRUpload with lbar (and labels for sieve_by=class)}."""
         seed = int(np.random.default_rng([self.cfg.seed, rnd, _GMM_SALT]).integers(2**31 - 1))
         lbar, est = {c: u.lbar for c, u in ups.items()}, self.params.rate_estimator
@@ -480,7 +478,7 @@ class FedGR(StagedMethod):
         extra, sieve = dict(state.extra), dict(state.extra.get("sieve", {}))
         fresh, means = plan.instructions.get("fresh", {}), plan.instructions.get("means", {})
         ups = {u.cid: u.uploads for u in updates if u.uploads.lbar is not None}
-        if ups and (self.params.refit_every_round or state.rnd < self.alpha):
+        if ups:
             res = self._fit(state.rnd, ups)
             fresh, means = {c: {"q": res.q[c], "rate": res.rate[c]} for c in res.q}, res.means
         known = extra["sieve"] = {**sieve, **fresh}
