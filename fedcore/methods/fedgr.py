@@ -98,6 +98,7 @@ from pydantic import Field, model_validator
 
 from fedcore.config import tune_range
 from fedcore.engine.sampler import ClientSampler
+from fedcore.engine.store import typed_state
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
@@ -126,8 +127,8 @@ from fedcore.train.refine import (
     weighted_soft_ce,
 )
 
-__all__ = ["ROBUST", "FedGR", "FedGRParams", "FedGRState", "FedGRUpload", "VisitCounts", "lambda_b_at",
-           "warmup_length"]
+__all__ = ["ROBUST", "FedGR", "FedGRParams", "FedGRState", "FedGRUpload", "SieveVerdict", "VisitCounts",
+           "lambda_b_at", "warmup_length"]
 log = logging.getLogger(__name__)
 _GMM_SALT = 0xF6C2
 _MISSING = {"trusted": "zero", "pseudo": "given", "none": "drop"}
@@ -292,6 +293,14 @@ class VisitCounts:
     b_active: int | None = None  # samples B acts on
 
 
+@dataclass(frozen=True)
+class SieveVerdict:
+    """The sieve's word on one client: kept in `ServerState.extra["sieve"]`, sent to it as an instruction."""
+
+    q: np.ndarray  # (n,) clean posterior per sample
+    rate: float  # r_k, the client's estimated noise rate
+
+
 @dataclass
 class FedGRUpload:
     """What a visit (or a probe) sends the server; None: not sent this time."""
@@ -445,11 +454,16 @@ class FedGR(StagedMethod):
 
     # -- server: cohort, sieve --------------------------------------------------------------
     def plan_round(self, state, rnd: int) -> RoundPlan:
-        cohort, known = self.sampler.sample(rnd), state.extra.get("sieve", {})
+        cohort, known = self.sampler.sample(rnd), self._known(state)
         plan = RoundPlan(stage=state.stage, cohort=cohort, instructions={"sieve": known})
         if self.params.sieve_timing == "probe" and rnd >= self.alpha:
             return dataclasses.replace(plan, probe=cohort)
         return plan
+
+    @staticmethod
+    def _known(state) -> dict[int, SieveVerdict]:
+        """The latest verdict per client (plain dicts after a resume: the checkpoint holds fields)."""
+        return {c: typed_state(SieveVerdict, v) for c, v in state.extra.get("sieve", {}).items()}
 
     def client_probe(self, task: ClientTask) -> ClientUpdate:
         lbar = self._observe(task, self._round_view(task), self.client_state(task))  # probes keep no state
@@ -470,20 +484,20 @@ class FedGR(StagedMethod):
 
     def after_probe(self, state, plan: RoundPlan, answers) -> RoundPlan:
         res = self._fit(state.rnd, {a.cid: a.uploads for a in answers})
-        fresh = {c: {"q": res.q[c], "rate": res.rate[c]} for c in res.q}
+        fresh = {c: SieveVerdict(res.q[c], res.rate[c]) for c in res.q}
         sieve = {**plan.instructions.get("sieve", {}), **fresh}
         return dataclasses.replace(plan, instructions={"sieve": sieve, "fresh": fresh, "means": res.means})
 
     def summarize(self, state, plan, updates, params):
-        extra, sieve = dict(state.extra), dict(state.extra.get("sieve", {}))
+        extra, sieve = dict(state.extra), self._known(state)
         fresh, means = plan.instructions.get("fresh", {}), plan.instructions.get("means", {})
         ups = {u.cid: u.uploads for u in updates if u.uploads.lbar is not None}
         if ups:
             res = self._fit(state.rnd, ups)
-            fresh, means = {c: {"q": res.q[c], "rate": res.rate[c]} for c in res.q}, res.means
+            fresh, means = {c: SieveVerdict(res.q[c], res.rate[c]) for c in res.q}, res.means
         known = extra["sieve"] = {**sieve, **fresh}
-        est = Estimates(client_rate={c: float(v["rate"]) for c, v in known.items()},
-                        sample_noisy={"main": {c: np.asarray(v["q"]) < 0.5 for c, v in known.items()}} if known else {})
+        est = Estimates(client_rate={c: float(v.rate) for c, v in known.items()},
+                        sample_noisy={"main": {c: np.asarray(v.q) < 0.5 for c, v in known.items()}} if known else {})
         p = self.params
         bic = None
         if ups:  # the premise's bimodality check on the round's pooled surrogates (own GMM seed)
@@ -552,9 +566,9 @@ class FedGR(StagedMethod):
         extras = {"state": state, "uploads": uploads, "sums": {}, "warmup": task.rnd < self.alpha}
         if extras["warmup"]:
             return extras
-        est = task.instructions.get("sieve", {}).get(task.cid) or {"q": np.ones(data.n), "rate": 0.0}
-        q = torch.as_tensor(np.asarray(est["q"]), dtype=torch.float32, device=data.labels.device)
-        rate, flagged = float(est["rate"]), q < 0.5
+        est = task.instructions.get("sieve", {}).get(task.cid) or SieveVerdict(np.ones(data.n), 0.0)
+        q = torch.as_tensor(np.asarray(est.q), dtype=torch.float32, device=data.labels.device)
+        rate, flagged = float(est.rate), q < 0.5
         old_cache = state.cache
         coverage = float((old_cache >= 0).float().mean()) if old_cache is not None else 0.0
         global_logits = self._logits(self.global_model, x_w)

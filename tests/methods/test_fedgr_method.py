@@ -13,7 +13,7 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import GroundTruth
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan, ServerState
-from fedcore.methods.fedgr import FedGRUpload
+from fedcore.methods.fedgr import FedGRUpload, SieveVerdict
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment
 from fedcore.train.local import Batch
@@ -48,7 +48,7 @@ def task_for(method, state, cid=0, rnd=5, sieve=None, cstate=None):
     """A post-warm-up task with fresh generators, so repeated calls draw the same views."""
     rng, gen = client_rngs(0, rnd, cid)
     n = method.ctx.clients[cid].n
-    sieve = sieve or {cid: {"q": np.linspace(0.0, 1.0, n), "rate": 0.2}}
+    sieve = sieve or {cid: SieveVerdict(np.linspace(0.0, 1.0, n), 0.2)}
     return ClientTask(cid=cid, params=state.params, data=method.ctx.clients[cid], instructions={"sieve": sieve},
                       state=dict(cstate or {}), rng=rng, gen=gen, rnd=rnd, stage="train")
 
@@ -116,9 +116,9 @@ def test_sieving_switch_fits_per_client_mixtures_and_changes_the_loss(fed):
         sieve = extra["sieve"]
         losses[sieving] = objective(method, state, sieve={0: sieve[0]})[0]
         if sieving:
-            assert sieve[0]["rate"] == 0.0 and sieve[1]["rate"] == pytest.approx((n1 // 2) / n1)
+            assert sieve[0].rate == 0.0 and sieve[1].rate == pytest.approx((n1 // 2) / n1)
         else:  # alone, client 0's GMM splits its own clean losses and flags some of them
-            assert sieve[0]["rate"] > 0.0
+            assert sieve[0].rate > 0.0
     assert losses[True] != pytest.approx(losses[False])
 
 
@@ -255,7 +255,7 @@ def test_probe_and_sieve_align_losses_posteriors_and_rates_with_the_samples(fed)
     answers = [method.client_probe(task_for(method, oracle, cid=c, sieve={c: None})) for c in cids]
     sieve = method.after_probe(oracle, RoundPlan("train", cohort=cids, probe=cids), answers).instructions["sieve"]
     lbar = np.concatenate([a.uploads.lbar for a in answers])
-    q = np.concatenate([np.asarray(sieve[c]["q"]) for c in cids])
+    q = np.concatenate([np.asarray(sieve[c].q) for c in cids])
     noisy = np.concatenate([fed.truth.is_noisy_sample[np.asarray(fed.client_indices[c])] for c in cids])
     auc = (lbar[noisy][:, None] > lbar[~noisy][None, :]).mean()
     assert auc > 0.85
@@ -263,8 +263,8 @@ def test_probe_and_sieve_align_losses_posteriors_and_rates_with_the_samples(fed)
     assert flagged.any() and not flagged.all()
     assert lbar[flagged].min() > lbar[~flagged].max()
     for c in cids:
-        assert len(sieve[c]["q"]) == clients[c].n
-        assert sieve[c]["rate"] == pytest.approx(float(np.mean(np.asarray(sieve[c]["q"]) < 0.5)))
+        assert len(sieve[c].q) == clients[c].n
+        assert sieve[c].rate == pytest.approx(float(np.mean(np.asarray(sieve[c].q) < 0.5)))
 
 
 @pytest.mark.slow
@@ -288,7 +288,7 @@ def test_distill_on_weighted_weighs_b_as_the_refined_ce(fed):
     for on in ("all", "weighted"):
         method, state = make_method(fed, refine=False, distill_on=on)
         n = method.ctx.clients[0].n
-        task = task_for(method, state, sieve={0: {"q": (np.arange(n) % 2).astype(float), "rate": 0.5}})
+        task = task_for(method, state, sieve={0: SieveVerdict((np.arange(n) % 2).astype(float), 0.5)})
         extras = method.before_local(task)
         pos = torch.arange(16)
         batch = Batch(pos=pos, x=method.make_x(task)(pos), y=task.data.labels[pos])
@@ -307,7 +307,7 @@ def test_soft_q_batch_weighs_every_sample_by_the_batch_mean_and_runs(fed, tmp_pa
     # With one q for every sample, the authors' broadcast (soft_q=batch) changes nothing; with
     # q spread over the samples (task_for's default linspace) it changes the self-training term.
     method, state = make_method(fed)
-    flat = {0: {"q": np.full(method.ctx.clients[0].n, 0.3), "rate": 0.2}}
+    flat = {0: SieveVerdict(np.full(method.ctx.clients[0].n, 0.3), 0.2)}
     _, per = objective(method, state, sieve=flat)
     _, bat = objective(*make_method(fed, soft_q="batch"), sieve=flat)
     assert bat["sr"] == pytest.approx(per["sr"], rel=1e-6)
