@@ -130,7 +130,7 @@ def plain_state(state: Any) -> Any:
         return {f.name: plain_state(getattr(state, f.name)) for f in dataclasses.fields(state)}
     if isinstance(state, dict):
         return {k: plain_state(v) for k, v in state.items()}
-    if isinstance(state, list | tuple):
+    if type(state) in (list, tuple):  # exactly: a namedtuple is not rebuilt from one iterable
         return type(state)(plain_state(v) for v in state)
     return state
 
@@ -145,7 +145,7 @@ def typed_state(cls: type[S], data: Any) -> S:
     nested = _nested_fields(cls)
     unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
     if unknown:
-        raise ArtifactError(f"client state has fields {unknown} that {cls.__name__} does not know; it was "
+        raise ArtifactError(f"saved state has fields {unknown} that {cls.__name__} does not know; it was "
                             "written by another fedcore version: resume with that version or start afresh")
     return cls(**{k: typed_state(nested[k], v) if k in nested and isinstance(v, dict) else v
                   for k, v in data.items()})
