@@ -311,6 +311,7 @@ class FedGRUpload:
     counts: VisitCounts | None = None
 
 
+# -- the per-round diagnosis: counts a visit already has, pooled by the server (no training change) --
 def lambda_b_at(rnd: int, alpha: int, lambda_b: float, ramp: int) -> float:
     """lambda_B in round `rnd`: linear from lambda_b / ramp at the first round after the
     warm-up (`alpha`) to lambda_b after `ramp` rounds; ramp 0 gives lambda_b unchanged."""
@@ -614,7 +615,7 @@ class FedGR(StagedMethod):
         extras["metrics"] = {f"fedgr/loss_{k}": float(v) / max(steps, 1) for k, v in sums.items()}
         return extras["uploads"], state
 
-    # -- views -------------------------------------------------------------------------------
+    # -- client: the local step (views, objective, EMA) and its batched twins ----------------
     def _view_plan(self, task) -> tuple[bool, bool]:
         """(student on the strong view, a separate weak view for R's global side) this round."""
         p, warm = self.params, task.rnd < self.alpha
