@@ -27,7 +27,7 @@ the batched counterpart, or that builds its own optimizer, trains sequentially
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -208,7 +208,8 @@ class StagedMethod:
         return None
 
     def optim_spec(self, task: ClientTask) -> OptimSpec:
-        lr = task.instructions.get("lr") if task.instructions else None
+        ins = task.instructions  # a Mapping or a method's dataclass; either may name a server-set lr
+        lr = ins.get("lr") if isinstance(ins, Mapping) else getattr(ins, "lr", None)
         return OptimSpec.from_train(self.cfg.train, lr=lr)
 
     # -- batched local training (fedcore.engine.batched) -----------------------------------------

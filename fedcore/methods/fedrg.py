@@ -134,6 +134,13 @@ class FedRGState:
     t_init: int | None = None  # the round T was estimated in (t_init: estimate), once
 
 
+@dataclass(frozen=True)
+class FedRGInstructions:
+    """What every client of a round is told."""
+
+    train_round: int = 0  # train rounds the received head has had (0 in pretraining)
+
+
 @dataclass
 class FedRGUpload:
     """A train visit's flags and T's diagonal, for the server's estimates."""
@@ -205,7 +212,7 @@ class FedRG(StagedMethod):
 
     def plan_round(self, state, rnd):
         # Clients learn how many train rounds the received head has had (for t_init=estimate).
-        ins = {"train_round": state.stage_round} if state.stage == "train" else {}
+        ins = FedRGInstructions(train_round=state.stage_round if state.stage == "train" else 0)
         return RoundPlan(stage=state.stage, instructions=ins)
 
     # -- local training -----------------------------------------------------------------
@@ -288,7 +295,7 @@ class FedRG(StagedMethod):
         """t_init=estimate sets T once per client, on its first visit whose received head has been
         trained (a train round after the stage's first): before that the predictions are a random head's."""
         p = self.params
-        return p.t_init == "estimate" and p.absorption != "off" and task.instructions.get("train_round", 0) >= 1
+        return p.t_init == "estimate" and p.absorption != "off" and task.instructions.train_round >= 1
 
 
     @torch.no_grad()

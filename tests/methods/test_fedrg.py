@@ -14,6 +14,7 @@ from fedcore.engine.loop import PERSONAL
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.store import ClientData, plain_state
 from fedcore.engine.types import ClientTask
+from fedcore.methods.fedrg import FedRGInstructions
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment
 from fedcore.train import losses
@@ -46,8 +47,9 @@ def make_method(fed, train=None, **params):
 
 def task_for(method, state, data=None, stage="train", cid=0, rnd=3, cstate=None):
     rng, gen = client_rngs(0, rnd, cid)
-    return ClientTask(cid=cid, params=state.params, data=data or method.ctx.clients[cid], instructions={},
-                      state=plain_state(cstate) if cstate else {}, rng=rng, gen=gen, rnd=rnd, stage=stage)
+    return ClientTask(cid=cid, params=state.params, data=data or method.ctx.clients[cid],
+                      instructions=FedRGInstructions(), state=plain_state(cstate) if cstate else {}, rng=rng,
+                      gen=gen, rnd=rnd, stage=stage)
 
 
 class LabelGuard(ClientData):
@@ -220,7 +222,7 @@ def test_t_init_estimate_sets_T_once_from_the_flagged_predictions(fed):
     first = method.detect(task_for(method, state))  # train round 0: a random head, T untouched
     assert torch.equal(method.model.absorption.T, torch.eye(10)) and first["state"].t_init is None
     task = task_for(method, state, cstate=first["state"])
-    task.instructions = {"train_round": 1}
+    task.instructions = FedRGInstructions(train_round=1)
     _, _, _, logits = method.embed(task_for(method, state, cstate=first["state"]))
     out = method.detect(task)
     mask = out["noisy"]
@@ -231,20 +233,21 @@ def test_t_init_estimate_sets_T_once_from_the_flagged_predictions(fed):
     with torch.no_grad():
         method.model.absorption.T.copy_(torch.eye(10))
     later = task_for(method, state, cstate=out["state"])
-    later.instructions = {"train_round": 2}
+    later.instructions = FedRGInstructions(train_round=2)
     method.detect(later)  # set once: a trained T is never overwritten
     assert torch.equal(method.model.absorption.T, torch.eye(10))
     off, off_state = make_method(fed, t_init="estimate", absorption="off")
     task = task_for(off, off_state)
-    task.instructions = {"train_round": 1}
+    task.instructions = FedRGInstructions(train_round=1)
     off.detect(task)
     assert torch.equal(off.model.absorption.T, torch.eye(10))
 
 
 def test_train_rounds_tell_clients_the_train_round(fed):
     method, state = make_method(fed)
-    assert method.plan_round(state.replace(stage="pretrain"), 0).instructions == {}
-    assert method.plan_round(state.replace(stage="train", stage_round=3), 5).instructions == {"train_round": 3}
+    assert method.plan_round(state.replace(stage="pretrain"), 0).instructions == FedRGInstructions()
+    assert method.plan_round(state.replace(stage="train", stage_round=3), 5).instructions == \
+        FedRGInstructions(train_round=3)
 
 
 def test_posterior_score_runs_and_keeps_counts(run_on):
