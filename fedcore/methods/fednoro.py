@@ -38,6 +38,7 @@ record is in docs/results/baselines.md). Followed by default, older choices kept
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -107,6 +108,19 @@ class NoiseAwareState:
     kd_mask: torch.Tensor | None = None  # (n,) bool: samples KD acts on; None: all of them
 
 
+@dataclass(frozen=True)
+class NoiseAwareInstructions:
+    """What every client of a round is told."""
+
+    noisy: frozenset[int] | None = None  # the clients judged noisy; None outside the noise-aware stages
+    w_kd: float = 0.0  # this round's KD weight for noisy clients
+
+
+@dataclass(frozen=True)
+class FedNoRoInstructions(NoiseAwareInstructions):
+    verdict: dict[int, bool] | None = None  # the verdicts this round's probe made (identify)
+
+
 @dataclass
 class ClassLosses:
     """A FedNoRo probe's answer: the global model's mean CE per class on the client's labels (C,)."""
@@ -116,13 +130,14 @@ class ClassLosses:
 
 class NoiseAwareMethod(StagedMethod):
     """Clean clients: LA; noisy clients: LA-KD; server: DaAgg. The noisy set lives in
-    `state.extra["noisy"]` and travels to clients as `instructions["noisy"]`.
+    `state.extra["noisy"]` and travels to clients as `instructions.noisy`.
 
     `noise_aware_stages` run this optimization one after another as one schedule: the KD
     ramp (and FedSIR's relabel events) count `phase_round`, the rounds since the first began.
     """
 
     noise_aware_stages: tuple[str, ...] = ("train",)
+    instructions_type: type[NoiseAwareInstructions] = NoiseAwareInstructions
     client_state_type = NoiseAwareState
 
     def init(self, ctx):
@@ -145,10 +160,10 @@ class NoiseAwareMethod(StagedMethod):
                 done += stage.rounds
         return done + state.stage_round
 
-    def train_instructions(self, state: ServerState) -> dict[str, Any]:
+    def train_instructions(self, state: ServerState) -> NoiseAwareInstructions:
         p = self.params
         w_kd = losses.kd_ramp_weight(self.phase_round(state), p.kd_begin, p.kd_end, p.kd_a)
-        return {"noisy": self.noisy_set(state), "w_kd": w_kd}
+        return self.instructions_type(noisy=self.noisy_set(state), w_kd=w_kd)
 
     def prior_targets(self, task: ClientTask) -> torch.Tensor:
         """The labels the LA class prior counts: those the client trains on."""
@@ -156,8 +171,9 @@ class NoiseAwareMethod(StagedMethod):
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
         labels = self.prior_targets(task)
-        noisy = task.cid in task.instructions.get("noisy", ())
-        w_kd = float(task.instructions.get("w_kd", 0.0)) if noisy and self.params.kd else 0.0
+        ins = task.instructions
+        noisy = task.cid in (ins.noisy or ())
+        w_kd = float(ins.w_kd) if noisy and self.params.kd else 0.0
         if w_kd > 0:
             load_params_(self.teacher, task.params)
         prior = losses.class_log_prior(labels, self.ctx.num_classes, self.params.absent_prior)
@@ -201,8 +217,8 @@ class NoiseAwareMethod(StagedMethod):
                              self.params.kd_soften_student)
 
     def server_update(self, state, plan, updates):
-        if "noisy" in plan.instructions:  # verdicts made during this round (e.g. by a probe)
-            state = state.replace(extra={**state.extra, "noisy": sorted(plan.instructions["noisy"])})
+        if plan.instructions.noisy is not None:  # verdicts made during this round (e.g. by a probe)
+            state = state.replace(extra={**state.extra, "noisy": sorted(plan.instructions.noisy)})
         return super().server_update(state, plan, updates)
 
     def aggregate(self, state, updates, weights=None):
@@ -257,6 +273,7 @@ def detect_noisy_clients(
 
 @register("fednoro", params=FedNoRoParams)
 class FedNoRo(NoiseAwareMethod):
+    instructions_type = FedNoRoInstructions
     noise_aware_stages = ("identify", "train")
 
     @property
@@ -268,7 +285,7 @@ class FedNoRo(NoiseAwareMethod):
 
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None:
         if state.stage == "warmup":
-            return RoundPlan(stage=state.stage)
+            return RoundPlan(stage=state.stage, instructions=FedNoRoInstructions())
         plan = RoundPlan(stage=state.stage, instructions=self.train_instructions(state))
         if "noisy" not in state.extra:
             return RoundPlan(stage=state.stage, instructions=plan.instructions, probe=range(len(self.ctx.clients)))
@@ -289,12 +306,13 @@ class FedNoRo(NoiseAwareMethod):
                                      p.gmm_n_init, p.detect_scaling, p.detect_votes)
         verdict = {c: bool(f) for c, f in zip(cids, flags, strict=True)}
         noisy = frozenset(c for c, f in verdict.items() if f)
-        return RoundPlan(stage=plan.stage, instructions={**plan.instructions, "noisy": noisy, "verdict": verdict})
+        return RoundPlan(stage=plan.stage, instructions=dataclasses.replace(plan.instructions, noisy=noisy,
+                                                                            verdict=verdict))
 
     def summarize(self, state, plan, updates, params):
         extra, metrics = super().summarize(state, plan, updates, params)
-        if "verdict" in plan.instructions:
-            verdict = plan.instructions["verdict"]
+        if plan.instructions.verdict is not None:
+            verdict = plan.instructions.verdict
             metrics = RoundMetrics(scalars={"detect/clients_noisy": float(sum(verdict.values()))})
             metrics.estimates.client_noisy = dict(verdict)
         return extra, metrics

@@ -131,7 +131,7 @@ def test_fedsir_relabel_round_from_identical_state(artifact):
 
     def instructions(method, state):
         ins = method.train_instructions(state)
-        assert ins["w_kd"] > 0
+        assert ins.w_kd > 0
         return ins
 
     cfg = load_config("configs/quickstart.yaml", [*FAST, "method.name=fedsir"])
