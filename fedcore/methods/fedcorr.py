@@ -168,6 +168,18 @@ class FedCorrState:
     labels: torch.Tensor | None = None  # (n,) working labels; None: the given ones
 
 
+@dataclass(frozen=True)
+class FedCorrInstructions:
+    """What every client of a round is told."""
+
+    noisy: frozenset[int] = frozenset()  # the clients judged noisy at the end of the last pass
+    snapshot: dict[str, Any] | None = None  # {"pass", "params"}: the global model at that pass's end
+    prox: bool = False  # pre-processing: the adaptive proximal term is on
+    selected: list[int] | None = None  # fine-tuning: the clients under clean_set_thres
+    levels: dict[int, float] | None = None  # fine-tuning's first round: every client's level
+    ft_snapshot: dict[str, torch.Tensor] | None = None  # usual training: the fine-tuned model
+
+
 @dataclass
 class FedCorrUpload:
     """A visit's report (each field only where it applies) or a probe's noise level."""
@@ -218,21 +230,21 @@ class FedCorr(StagedMethod):
 
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None:
         x = state.extra
-        ins = {"noisy": frozenset(x.get("noisy", ())), "snapshot": x.get("snapshot")}
+        ins = FedCorrInstructions(noisy=frozenset(x.get("noisy", ())), snapshot=x.get("snapshot"))
         if state.stage == "preprocess":
             it, j = divmod(state.stage_round, self.per_pass)
             order = np.random.default_rng([self.ctx.seed, _ORDER_SALT, it]).permutation(len(self.ctx.clients))
             m = self.params.preprocess_clients
             return RoundPlan(stage=state.stage, cohort=sorted(int(c) for c in order[j * m:(j + 1) * m]),
-                             instructions={**ins, "prox": True})
+                             instructions=dataclasses.replace(ins, prox=True))
         if state.stage == "finetune":
             if "selected" in x:
                 return RoundPlan(stage=state.stage, cohort=self._pick(x["selected"], rnd), instructions=ins)
-            if ins["noisy"]:  # first fine-tuning round: noisy clients report their levels
-                return RoundPlan(stage=state.stage, probe=sorted(ins["noisy"]), instructions=ins)
+            if ins.noisy:  # first fine-tuning round: noisy clients report their levels
+                return RoundPlan(stage=state.stage, probe=sorted(ins.noisy), instructions=ins)
             return self.after_probe(state, RoundPlan(stage=state.stage, instructions=ins), [])
         if self.params.fine_tuning and "ft_snapshot" in x:
-            ins["ft_snapshot"] = x["ft_snapshot"]
+            ins = dataclasses.replace(ins, ft_snapshot=x["ft_snapshot"])
         return RoundPlan(stage=state.stage, instructions=ins)
 
     def _pick(self, selected: Sequence[int], rnd: int) -> list[int]:
@@ -249,7 +261,7 @@ class FedCorr(StagedMethod):
         levels = {c: 0.0 for c in range(len(self.ctx.clients))} | {a.cid: a.uploads.level for a in answers}
         selected = [c for c, v in levels.items() if v <= self.params.clean_set_thres]
         selected = selected or [min(levels, key=levels.get)]
-        ins = {**plan.instructions, "selected": selected, "levels": levels}
+        ins = dataclasses.replace(plan.instructions, selected=selected, levels=levels)
         return RoundPlan(stage=plan.stage, cohort=self._pick(selected, state.rnd), instructions=ins)
 
     # -- clients -----------------------------------------------------------------------------
@@ -265,7 +277,7 @@ class FedCorr(StagedMethod):
     def _correct(self, task: ClientTask, st: FedCorrState) -> FedCorrUpload:
         """Pending relabels for a noisy client; updates `st`, returns what to report."""
         ins, p = task.instructions, self.params
-        if task.cid not in ins["noisy"] or st.loss is None:
+        if task.cid not in ins.noisy or st.loss is None:
             st.level = 0.0
             if st.loss is not None:  # judged clean: level 0, nothing flagged, labels as they are
                 return FedCorrUpload(level=0.0, flags=np.zeros(task.data.n, dtype=bool),
@@ -274,13 +286,13 @@ class FedCorr(StagedMethod):
         level, flags = self._level(st)
         st.level, st.loss_level = level, (level, flags)
         labels = self.targets(task).cpu().numpy()
-        snap = ins.get("snapshot")
+        snap = ins.snapshot
         if p.correction and snap is not None and st.relabeled_pass < snap["pass"]:
             labels = loss_relabel(labels, st.loss, self._probs(snap["params"], task), level,
                                   p.relabel_ratio, p.confidence_thres)
             st.relabeled_pass = snap["pass"]
-        if p.correction and "ft_snapshot" in ins and not st.ft_relabeled:
-            labels = confident_relabel(labels, self._probs(ins["ft_snapshot"], task), p.confidence_thres)
+        if p.correction and ins.ft_snapshot is not None and not st.ft_relabeled:
+            labels = confident_relabel(labels, self._probs(ins.ft_snapshot, task), p.confidence_thres)
             st.ft_relabeled = True
         st.labels = torch.as_tensor(labels, device=task.data.labels.device)
         return FedCorrUpload(level=level, flags=flags, labels=labels)
@@ -292,7 +304,7 @@ class FedCorr(StagedMethod):
         return {"report": report}
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
-        weight = self.params.beta * self.client_state(task).level if task.instructions.get("prox") else 0.0
+        weight = self.params.beta * self.client_state(task).level if task.instructions.prox else 0.0
         anchors = [task.params[n].detach() for n, _ in self.model.named_parameters()] if weight > 0 else None
         return {"prox": weight, "anchors": anchors}
 
@@ -360,9 +372,9 @@ class FedCorr(StagedMethod):
     # -- server --------------------------------------------------------------------------------
     def summarize(self, state, plan, updates, params):
         x = dict(state.extra)
-        if plan.instructions.get("selected") is not None:
-            x["selected"] = list(plan.instructions["selected"])
-            x["levels"] = {**x.get("levels", {}), **plan.instructions["levels"]}
+        if plan.instructions.selected is not None:
+            x["selected"] = list(plan.instructions.selected)
+            x["levels"] = {**x.get("levels", {}), **plan.instructions.levels}
         for key, name in (("level", "levels"), ("flags", "flags"), ("labels", "labels")):
             got = {u.cid: getattr(u.uploads, key) for u in updates if getattr(u.uploads, key) is not None}
             if got:
