@@ -127,8 +127,8 @@ from fedcore.train.refine import (
     weighted_soft_ce,
 )
 
-__all__ = ["ROBUST", "FedGR", "FedGRParams", "FedGRState", "FedGRUpload", "SieveVerdict", "VisitCounts",
-           "lambda_b_at", "warmup_length"]
+__all__ = ["ROBUST", "FedGR", "FedGRInstructions", "FedGRParams", "FedGRState", "FedGRUpload", "SieveVerdict",
+           "VisitCounts", "lambda_b_at", "warmup_length"]
 log = logging.getLogger(__name__)
 _GMM_SALT = 0xF6C2
 _MISSING = {"trusted": "zero", "pseudo": "given", "none": "drop"}
@@ -301,6 +301,15 @@ class SieveVerdict:
     rate: float  # r_k, the client's estimated noise rate
 
 
+@dataclass(frozen=True)
+class FedGRInstructions:
+    """What every client of a round is told (the whole mapping: a simulation shortcut)."""
+
+    sieve: dict[int, SieveVerdict] = dataclasses.field(default_factory=dict)  # each client's latest verdict
+    fresh: dict[int, SieveVerdict] | None = None  # sieve_timing: probe: the verdicts fitted this round
+    means: dict[int, tuple[float, float]] | None = None  # and that fit's (clean, noisy) GMM means
+
+
 @dataclass
 class FedGRUpload:
     """What a visit (or a probe) sends the server; None: not sent this time."""
@@ -456,7 +465,7 @@ class FedGR(StagedMethod):
     # -- server: cohort, sieve --------------------------------------------------------------
     def plan_round(self, state, rnd: int) -> RoundPlan:
         cohort, known = self.sampler.sample(rnd), self._known(state)
-        plan = RoundPlan(stage=state.stage, cohort=cohort, instructions={"sieve": known})
+        plan = RoundPlan(stage=state.stage, cohort=cohort, instructions=FedGRInstructions(sieve=known))
         if self.params.sieve_timing == "probe" and rnd >= self.alpha:
             return dataclasses.replace(plan, probe=cohort)
         return plan
@@ -486,12 +495,12 @@ class FedGR(StagedMethod):
     def after_probe(self, state, plan: RoundPlan, answers) -> RoundPlan:
         res = self._fit(state.rnd, {a.cid: a.uploads for a in answers})
         fresh = {c: SieveVerdict(res.q[c], res.rate[c]) for c in res.q}
-        sieve = {**plan.instructions.get("sieve", {}), **fresh}
-        return dataclasses.replace(plan, instructions={"sieve": sieve, "fresh": fresh, "means": res.means})
+        sieve = {**plan.instructions.sieve, **fresh}
+        return dataclasses.replace(plan, instructions=FedGRInstructions(sieve=sieve, fresh=fresh, means=res.means))
 
     def summarize(self, state, plan, updates, params):
         extra, sieve = dict(state.extra), self._known(state)
-        fresh, means = plan.instructions.get("fresh", {}), plan.instructions.get("means", {})
+        fresh, means = plan.instructions.fresh or {}, plan.instructions.means or {}
         ups = {u.cid: u.uploads for u in updates if u.uploads.lbar is not None}
         if ups:
             res = self._fit(state.rnd, ups)
@@ -567,7 +576,7 @@ class FedGR(StagedMethod):
         extras = {"state": state, "uploads": uploads, "sums": {}, "warmup": task.rnd < self.alpha}
         if extras["warmup"]:
             return extras
-        est = task.instructions.get("sieve", {}).get(task.cid) or SieveVerdict(np.ones(data.n), 0.0)
+        est = task.instructions.sieve.get(task.cid) or SieveVerdict(np.ones(data.n), 0.0)
         q = torch.as_tensor(np.asarray(est.q), dtype=torch.float32, device=data.labels.device)
         rate, flagged = float(est.rate), q < 0.5
         old_cache = state.cache

@@ -13,7 +13,7 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import GroundTruth
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan, ServerState
-from fedcore.methods.fedgr import FedGRUpload, SieveVerdict
+from fedcore.methods.fedgr import FedGRInstructions, FedGRUpload, SieveVerdict
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment
 from fedcore.train.local import Batch
@@ -49,7 +49,7 @@ def task_for(method, state, cid=0, rnd=5, sieve=None, cstate=None):
     rng, gen = client_rngs(0, rnd, cid)
     n = method.ctx.clients[cid].n
     sieve = sieve or {cid: SieveVerdict(np.linspace(0.0, 1.0, n), 0.2)}
-    return ClientTask(cid=cid, params=state.params, data=method.ctx.clients[cid], instructions={"sieve": sieve},
+    return ClientTask(cid=cid, params=state.params, data=method.ctx.clients[cid], instructions=FedGRInstructions(sieve),
                       state=dict(cstate or {}), rng=rng, gen=gen, rnd=rnd, stage="train")
 
 
@@ -112,7 +112,8 @@ def test_sieving_switch_fits_per_client_mixtures_and_changes_the_loss(fed):
     losses = {}
     for sieving in (True, False):
         method, state = make_method(fed, sieving=sieving)
-        extra, _ = method.summarize(state, RoundPlan("train", cohort=[0, 1]), ups, state.params)
+        plan = RoundPlan("train", cohort=[0, 1], instructions=FedGRInstructions())
+        extra, _ = method.summarize(state, plan, ups, state.params)
         sieve = extra["sieve"]
         losses[sieving] = objective(method, state, sieve={0: sieve[0]})[0]
         if sieving:
@@ -126,7 +127,7 @@ def test_warmup_is_ce_on_given_labels_plus_r_and_no_sieve_is_used(fed):
     method, state = make_method(fed, warmup=3, views="strong")
     assert method.alpha == 3 and all(method.plan_round(state, r).probe is None for r in range(5))
     rng, gen = client_rngs(0, 0, 0)
-    task = ClientTask(0, state.params, method.ctx.clients[0], {}, {}, rng, gen, 0, "train")
+    task = ClientTask(0, state.params, method.ctx.clients[0], FedGRInstructions(), {}, rng, gen, 0, "train")
     extras = method.before_local(task)
     assert extras["warmup"] and "targets" not in extras and "teacher" not in extras
     assert extras["uploads"].lbar.shape == (task.data.n,)  # the surrogate is observed from round 0
@@ -150,7 +151,7 @@ def test_lagged_sieve_reaches_the_clients_at_their_next_visit(fed, tmp_path):
     assert all("refine/tier_high_share" in h for h in res.history[2:])
     method, state = make_method(fed)
     plan = method.plan_round(res.state, 4)
-    assert plan.probe is None and set(plan.instructions["sieve"]) == set(range(6))
+    assert plan.probe is None and set(plan.instructions.sieve) == set(range(6))
 
 
 def test_probe_mode_scores_and_trains_on_the_same_round_view(fed):
@@ -253,7 +254,8 @@ def test_probe_and_sieve_align_losses_posteriors_and_rates_with_the_samples(fed)
     oracle = state.replace(params={k: v.detach().clone() for k, v in model.state_dict().items()})
     cids = list(range(len(clients)))
     answers = [method.client_probe(task_for(method, oracle, cid=c, sieve={c: None})) for c in cids]
-    sieve = method.after_probe(oracle, RoundPlan("train", cohort=cids, probe=cids), answers).instructions["sieve"]
+    plan = RoundPlan("train", cohort=cids, instructions=FedGRInstructions(), probe=cids)
+    sieve = method.after_probe(oracle, plan, answers).instructions.sieve
     lbar = np.concatenate([a.uploads.lbar for a in answers])
     q = np.concatenate([np.asarray(sieve[c].q) for c in cids])
     noisy = np.concatenate([fed.truth.is_noisy_sample[np.asarray(fed.client_indices[c])] for c in cids])
