@@ -113,7 +113,7 @@ from fedcore.stats.correlation_v3 import (
 from fedcore.train.local import predict_client
 from fedcore.train.params import load_params_
 
-__all__ = ["FedHarmony", "FedHarmonyParams", "FedHarmonyUpload"]
+__all__ = ["FedHarmony", "FedHarmonyInstructions", "FedHarmonyParams", "FedHarmonyUpload"]
 
 
 class FedHarmonyParams(MethodParams):
@@ -163,6 +163,16 @@ class FedHarmonyUpload:
     moments: tuple[np.ndarray, np.ndarray] | None = None  # teacher: pooled: marginals (C,), pair moments (C, C)
 
 
+@dataclass(frozen=True)
+class FedHarmonyInstructions:
+    """What every client of a round is told."""
+
+    lam: float | None = None  # this round's alignment weight (None: the lam param)
+    teachers: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)  # client -> R*_k (C, C)
+    blocks: dict[int, Any] = dataclasses.field(default_factory=dict)  # client -> its spectral blocks of |R*_k|
+    memory: dict[str, Any] | None = None  # timing: start: the server memory the probe's answers updated
+
+
 @register("fedharmony", params=FedHarmonyParams)
 class FedHarmony(StagedMethod):
     def init(self, ctx):
@@ -190,13 +200,13 @@ class FedHarmony(StagedMethod):
         return self.params.t0_fraction * self.cfg.train.rounds
 
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan:
-        ins = {"lam": self._lam(state)}
+        ins = FedHarmonyInstructions(lam=self._lam(state))
         if self.params.timing == "start":
             self._scores.clear()  # a probe's scores serve its own round only
             cohort = self.sampler.sample(rnd)
             return RoundPlan(stage=state.stage, cohort=cohort, probe=cohort, instructions=ins)
-        return RoundPlan(stage=state.stage, instructions={**ins, "teachers": state.extra["teachers"],
-                                                          "blocks": state.extra["blocks"]})
+        return RoundPlan(stage=state.stage, instructions=dataclasses.replace(
+            ins, teachers=state.extra["teachers"], blocks=state.extra["blocks"]))
 
     # -- round-start probe (timing: start) ----------------------------------------------------
     def client_probe(self, task: ClientTask) -> ClientUpdate:
@@ -215,7 +225,7 @@ class FedHarmony(StagedMethod):
         extra = self._remember(state.extra, answers)
         teachers = self._teachers(extra, [a.cid for a in answers])
         blocks = {k: self._blocks(t) for k, t in teachers.items()}
-        ins = {**plan.instructions, "teachers": teachers, "blocks": blocks, "memory": extra}
+        ins = dataclasses.replace(plan.instructions, teachers=teachers, blocks=blocks, memory=extra)
         return dataclasses.replace(plan, instructions=ins)
 
     def _remember(self, extra, ups: Sequence[ClientUpdate]) -> dict[str, Any]:
@@ -235,11 +245,12 @@ class FedHarmony(StagedMethod):
         extras: dict[str, Any] = {}
         if p.mask_unannotated:
             extras["keep"] = annotated(task.data.labels)
-        teacher = task.instructions.get("teachers", {}).get(task.cid)
-        lam = float(task.instructions.get("lam", p.lam))
+        ins = task.instructions
+        teacher = ins.teachers.get(task.cid)
+        lam = float(p.lam if ins.lam is None else ins.lam)
         if not p.consensus or lam == 0 or teacher is None:
             return extras
-        weights = self._weights(teacher, task.instructions["blocks"].get(task.cid))
+        weights = self._weights(teacher, ins.blocks.get(task.cid))
         extras.update(teacher=torch.as_tensor(teacher, dtype=torch.float32, device=dev), lam=lam,
                       mask=torch.as_tensor(weights, dtype=torch.float32, device=dev))
         if p.estimate == "whole" or p.diagnostics:  # every local sample's scores at the round start
@@ -290,8 +301,8 @@ class FedHarmony(StagedMethod):
     ) -> tuple[ServerState, RoundMetrics]:
         p = self.params
         if p.timing == "start":  # this round's teachers came from the probe; its uploads are the memory
-            extra = plan.instructions["memory"]
-            teachers, blocks = plan.instructions["teachers"], plan.instructions["blocks"]
+            extra = plan.instructions.memory
+            teachers, blocks = plan.instructions.teachers, plan.instructions.blocks
             start = extra["stats"]
             rs = [start[u.cid] if p.gap_from == "start" else u.uploads.corr for u in updates]
             gaps = np.array([self._gap(r, teachers.get(u.cid), blocks.get(u.cid)) for r, u in zip(rs, updates,
@@ -314,7 +325,7 @@ class FedHarmony(StagedMethod):
         scalars = {"harmony/alpha": alpha if p.caa else 1.0, "harmony/gap_mean": float(gaps.mean()),
                    "harmony/gamma": float(gamma), "harmony/weight_max": float(w.max()),
                    "harmony/weight_min": float(w.min()), "harmony/weight_eff": float(1.0 / np.sum(w * w) / len(w)),
-                   "harmony/lam": float(plan.instructions.get("lam", p.lam))}
+                   "harmony/lam": float(p.lam if plan.instructions.lam is None else plan.instructions.lam)}
         if norms:
             scalars["harmony/consensus_block_norm"] = float(np.mean(norms))
         return state.replace(params=params, extra=extra), RoundMetrics(scalars=scalars)

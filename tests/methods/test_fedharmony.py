@@ -16,13 +16,14 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan
 from fedcore.errors import ConfigError
-from fedcore.methods.fedharmony import FedHarmonyUpload
+from fedcore.methods.fedharmony import FedHarmonyInstructions, FedHarmonyUpload
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context
 from fedcore.stats.correlation import phi_correlation
 from fedcore.train.local import Batch
 from fedcore.train.params import weighted_average
 
+TRAIN_PLAN = RoundPlan("train", instructions=FedHarmonyInstructions())  # a v2 round: no probe, lam from params
 MOSAIC = {"name": "digits_mosaic", "params": {"n_train": 240, "n_test": 60, "groups": 3}}
 
 
@@ -67,7 +68,7 @@ def test_needs_a_multilabel_dataset():
 
 def test_leave_one_out_teachers_exclude_the_client(fed):
     method, state = make_method(fed)
-    state, _ = method.server_update(state, RoundPlan("train"), fake_updates(state))
+    state, _ = method.server_update(state, TRAIN_PLAN, fake_updates(state))
     teachers = state.extra["teachers"]
     # Sample-count weighted means of the *other* clients' off-diagonal level.
     assert teachers[0][0, 1] == pytest.approx((100 * 0.2 + 200 * 0.6) / 300)
@@ -75,30 +76,30 @@ def test_leave_one_out_teachers_exclude_the_client(fed):
     assert teachers[2][0, 1] == pytest.approx(0.15)
     for k in range(3):  # blocks partition the labels
         assert sorted(np.concatenate(state.extra["blocks"][k]).tolist()) == list(range(10))
-    assert method.plan_round(state, 1).instructions["teachers"][2][3, 4] == pytest.approx(0.15)
+    assert method.plan_round(state, 1).instructions.teachers[2][3, 4] == pytest.approx(0.15)
 
 
 def test_caa_weights_equal_sample_counts_at_t0_and_favour_small_gaps_later(fed):
     method, state = make_method(fed)
     ups = fake_updates(state)
-    new, metrics = method.server_update(state, RoundPlan("train"), ups)
+    new, metrics = method.server_update(state, TRAIN_PLAN, ups)
     fedavg = weighted_average([u.params for u in ups], [u.num_examples for u in ups])
     assert all(torch.allclose(new.params[k], fedavg[k]) for k in fedavg if fedavg[k].is_floating_point())
     assert metrics.scalars["harmony/alpha"] == 1.0
     # From T0 = rounds / 2 = 2 on, only quality counts: client 2 (level 0.6, far from its teachers) weighs least.
-    late, metrics = method.server_update(state.replace(stage_round=2), RoundPlan("train"), ups)
+    late, metrics = method.server_update(state.replace(stage_round=2), TRAIN_PLAN, ups)
     assert metrics.scalars["harmony/alpha"] == 0.0
     key = next(k for k in fedavg if fedavg[k].is_floating_point())
     shift = float((late.params[key] - state.params[key]).flatten()[0])  # = sum_k w_k * k
     assert shift < 1 * 0.5 + 2 * 0.5 - 0.05  # client 2's weight is below 1/2
     off, _ = make_method(fed, caa=False)
-    plain, _ = off.server_update(state.replace(stage_round=2), RoundPlan("train"), ups)
+    plain, _ = off.server_update(state.replace(stage_round=2), TRAIN_PLAN, ups)
     assert all(torch.allclose(plain.params[k], fedavg[k]) for k in fedavg if fedavg[k].is_floating_point())
 
 
 def _task(method, state, teacher=None):
     rng, gen = client_rngs(0, 1, 0)
-    instr = {"teachers": {} if teacher is None else {0: teacher}, "blocks": {0: None}}
+    instr = FedHarmonyInstructions(teachers={} if teacher is None else {0: teacher}, blocks={0: None})
     return ClientTask(cid=0, params=state.params, data=method.ctx.clients[0], instructions=instr, state={},
                       rng=rng, gen=gen, rnd=1, stage="train")
 

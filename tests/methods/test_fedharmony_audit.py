@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.engine.types import RoundPlan
 from fedcore.stats.correlation import phi_correlation
 from fedcore.train.local import predict_client
-from tests.methods.test_fedharmony import _batch, _task, fake_updates, fed, make_method  # noqa: F401
+from tests.methods.test_fedharmony import TRAIN_PLAN, _batch, _task, fake_updates, fed, make_method  # noqa: F401
 
 
 def _grads(method, batch, task, extras):
@@ -45,7 +44,7 @@ def test_caa_mixes_by_alpha_halfway_to_t0(fed):  # noqa: F811
     key = next(k for k, v in state.params.items() if v.is_floating_point())
 
     def shift(stage_round: int) -> tuple[float, float]:  # sum_k w_k * k, and alpha
-        new, m = method.server_update(state.replace(stage_round=stage_round), RoundPlan("train"), ups)
+        new, m = method.server_update(state.replace(stage_round=stage_round), TRAIN_PLAN, ups)
         return float((new.params[key] - state.params[key]).flatten()[0]), m.scalars["harmony/alpha"]
 
     (s_n, a_n), (s_half, a_half), (s_q, a_q) = shift(0), shift(1), shift(2)

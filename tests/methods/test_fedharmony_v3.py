@@ -49,7 +49,7 @@ def test_round_start_teacher_is_used_in_the_same_round(fed):
                for c in plan.cohort]
     assert all(a.uploads.moments is not None for a in answers)
     plan = method.after_probe(state, plan, answers)
-    assert set(plan.instructions["teachers"]) == {0, 1, 2}  # round 0 already has teachers (v2: none)
+    assert set(plan.instructions.teachers) == {0, 1, 2}  # round 0 already has teachers (v2: none)
     task = _probe_task(method, state, 0, plan.instructions)
     extras = method.before_local(task)
     assert "teacher" in extras and {"harmony/grad_ratio", "harmony/ecl_opposing"} <= set(extras["metrics"])
@@ -95,8 +95,8 @@ def test_bce_mask_drops_never_annotated_labels_from_the_local_loss(fed):
 
 def test_scheduled_lambda_follows_one_minus_alpha(fed):
     method, state = make_method(fed, lam_schedule="caa", lam=2.0)
-    assert method.plan_round(state, 0).instructions["lam"] == 0.0  # alpha(0) = 1
-    assert method.plan_round(state.replace(stage_round=1), 1).instructions["lam"] == pytest.approx(1.0)  # T0 = 2
+    assert method.plan_round(state, 0).instructions.lam == 0.0  # alpha(0) = 1
+    assert method.plan_round(state.replace(stage_round=1), 1).instructions.lam == pytest.approx(1.0)  # T0 = 2
 
 
 def test_gap_from_start_needs_round_start_timing(fed):
