@@ -57,7 +57,7 @@ equals the `paper` score whenever responsibilities sum to 1 (see `stats.vmf.clea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -132,6 +132,16 @@ class FedRGState:
     counts: np.ndarray | None = None  # (C, G) soft counts behind the posterior score
     clean: np.ndarray | None = None  # (n,) bool: last round's geometry split
     t_init: int | None = None  # the round T was estimated in (t_init: estimate), once
+
+
+@dataclass
+class Detection:
+    """One train visit's detection pass (`FedRG.detect`): what the local loss and the upload read."""
+
+    noisy: torch.Tensor  # (n,) bool on the device: the geometry split, the training mask
+    small_loss: np.ndarray | None = None  # (n,) bool: the small-loss split beside it
+    metrics: dict[str, float] = field(default_factory=dict)
+    state: FedRGState = field(default_factory=FedRGState)  # the client's detector state after the pass
 
 
 @dataclass(frozen=True)
@@ -231,7 +241,8 @@ class FedRG(StagedMethod):
     def before_local(self, task) -> dict[str, Any]:
         if task.stage == "pretrain":
             return {}
-        return self.detect(task)
+        det = self.detect(task)
+        return {"detection": det, "metrics": det.metrics}
 
     # -- detection (each train round, on the whole local set, with the received model) ---------
     @torch.no_grad()
@@ -253,7 +264,7 @@ class FedRG(StagedMethod):
         return z[0], z[1], z[2], torch.cat(logits)
 
 
-    def detect(self, task) -> dict[str, Any]:
+    def detect(self, task) -> Detection:
         """One client's detection pass: vMF geometry detector (-> training mask) and small-loss detector."""
         p, y_t = self.params, task.data.labels
         y, c = y_t.cpu().numpy(), self.ctx.num_classes
@@ -288,7 +299,7 @@ class FedRG(StagedMethod):
         if st.t_init is None and self.wants_t_estimate(task):
             self.set_t_estimate(logits[mask], y_t[mask])
             state.t_init = task.rnd
-        return {"noisy": mask, "small_loss": small_loss, "metrics": metrics, "state": state}
+        return Detection(noisy=mask, small_loss=small_loss, metrics=metrics, state=state)
 
 
     def wants_t_estimate(self, task) -> bool:
@@ -311,7 +322,7 @@ class FedRG(StagedMethod):
             return self.simclr_loss(model, batch.x, task.gen)
         p = self.params
         logits = model(batch.x)
-        noisy = extras["noisy"][batch.pos]
+        noisy = extras["detection"].noisy[batch.pos]
         main = self.main_loss(logits, batch.y, ~noisy if p.sce_on == "clean" else None)
         if not bool(noisy.any()) or p.lambda_n == 0:
             return p.lambda_s * main
@@ -357,8 +368,8 @@ class FedRG(StagedMethod):
         if task.stage == "pretrain":
             return {}, None
         diag = float(torch.diagonal(self.model.absorption.T.detach()).mean())
-        return FedRGUpload(noisy=extras["noisy"].cpu().numpy(), small_loss=extras["small_loss"], t_diag=diag), \
-            extras["state"]
+        det = extras["detection"]
+        return FedRGUpload(noisy=det.noisy.cpu().numpy(), small_loss=det.small_loss, t_diag=diag), det.state
 
     # -- server ----------------------------------------------------------------------------
     def summarize(self, state, plan, updates, params):

@@ -14,7 +14,7 @@ from fedcore.engine.loop import PERSONAL
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.store import ClientData, plain_state
 from fedcore.engine.types import ClientTask
-from fedcore.methods.fedrg import FedRGInstructions
+from fedcore.methods.fedrg import Detection, FedRGInstructions
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment
 from fedcore.train import losses
@@ -111,7 +111,7 @@ def test_loss_composition_by_switch(fed):
             method.model.absorption.T.copy_(torch.full((10, 10), 0.1))  # anything but the identity
             noisy = torch.zeros(task.data.n, dtype=torch.bool)
             noisy[:8] = True
-            got = method.loss(method.model, batch, task, {"noisy": noisy})
+            got = method.loss(method.model, batch, task, {"detection": Detection(noisy)})
             logits = method.model(batch.x)
             keep = slice(8, None) if params.get("sce_on") == "clean" else slice(None)  # the unflagged half
             main = (losses.ce if params.get("loss") == "ce" else losses.sce)(logits[keep], y[keep])
@@ -194,7 +194,7 @@ def test_rounds_report_both_detectors_and_mean_diag(run_on, fed):
 def test_kappa_clamp_reaches_the_mixture(fed, kappa_max):
     method, state = make_method(fed, kappa_max=kappa_max)
     out = method.detect(task_for(method, state))
-    kappa = out["state"].mix.kappa
+    kappa = out.state.mix.kappa
     assert kappa.shape == (10,) and float(kappa.max()) <= kappa_max and float(kappa.min()) >= 0.5
     if kappa_max == 3.0:  # 32-d MLP features concentrate well past 3, so the clamp binds
         assert np.allclose(kappa, 3.0)
@@ -207,12 +207,12 @@ def test_sce_on_clean_feeds_only_the_unflagged_samples_to_sce(fed):
     batch = Batch(pos=pos, x=task.data.x(pos), y=task.data.labels[pos])
     noisy = torch.zeros(task.data.n, dtype=torch.bool)
     noisy[:16] = True  # every sample of the batch flagged: nothing left for SCE
-    loss = method.loss(method.model, batch, task, {"noisy": noisy})
+    loss = method.loss(method.model, batch, task, {"detection": Detection(noisy)})
     assert float(loss.detach()) == 0.0
     grads = torch.autograd.grad(loss, list(method.model.net.parameters()), allow_unused=True)
     assert all(g is None or float(g.abs().max()) == 0.0 for g in grads)
     every, _ = make_method(fed, lambda_n=0.0)  # sce_on=all: the same batch trains on all of it
-    assert float(every.loss(method.model, batch, task, {"noisy": noisy}).detach()) > 0.0
+    assert float(every.loss(method.model, batch, task, {"detection": Detection(noisy)}).detach()) > 0.0
 
 
 def test_t_init_estimate_sets_T_once_from_the_flagged_predictions(fed):
@@ -220,19 +220,19 @@ def test_t_init_estimate_sets_T_once_from_the_flagged_predictions(fed):
 
     method, state = make_method(fed, t_init="estimate", t_prior=2.0)
     first = method.detect(task_for(method, state))  # train round 0: a random head, T untouched
-    assert torch.equal(method.model.absorption.T, torch.eye(10)) and first["state"].t_init is None
-    task = task_for(method, state, cstate=first["state"])
+    assert torch.equal(method.model.absorption.T, torch.eye(10)) and first.state.t_init is None
+    task = task_for(method, state, cstate=first.state)
     task.instructions = FedRGInstructions(train_round=1)
-    _, _, _, logits = method.embed(task_for(method, state, cstate=first["state"]))
+    _, _, _, logits = method.embed(task_for(method, state, cstate=first.state))
     out = method.detect(task)
-    mask = out["noisy"]
+    mask = out.noisy
     want = estimate_transition(torch.softmax(logits[mask].double(), 1).numpy(), task.data.labels[mask].numpy(),
                                10, prior=2.0)
     np.testing.assert_allclose(method.model.absorption.T.detach().numpy(), want, atol=1e-6)
-    assert out["state"].t_init == task.rnd and float(torch.diagonal(method.model.absorption.T.detach()).mean()) < 1.0
+    assert out.state.t_init == task.rnd and float(torch.diagonal(method.model.absorption.T.detach()).mean()) < 1.0
     with torch.no_grad():
         method.model.absorption.T.copy_(torch.eye(10))
-    later = task_for(method, state, cstate=out["state"])
+    later = task_for(method, state, cstate=out.state)
     later.instructions = FedRGInstructions(train_round=2)
     method.detect(later)  # set once: a trained T is never overwritten
     assert torch.equal(method.model.absorption.T, torch.eye(10))
