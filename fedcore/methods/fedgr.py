@@ -320,6 +320,24 @@ class FedGRUpload:
     counts: VisitCounts | None = None
 
 
+@dataclass
+class FedGRVisit:
+    """One visit's working set, from `before_local` to `after_local` (the hooks' extras["visit"])."""
+
+    state: FedGRState  # the client's state, updated during the visit
+    uploads: FedGRUpload
+    warmup: bool
+    lambda_b: float  # this visit's lambda_B (`lambda_b_at`)
+    sums: dict[str, Any] = dataclasses.field(default_factory=dict)  # the loss terms' running sums, "steps"
+    targets: torch.Tensor | None = None  # (n, C) refined soft targets (after the warm-up)
+    weights: torch.Tensor | None = None  # (n,) their CE weights
+    soft_batch: tuple | None = None  # soft_q: batch: (q, cache, missing, soften) for batch_soft_targets
+    ema_start: dict[str, torch.Tensor] | None = None  # the revised teacher at the visit's start (with B)
+    teacher: torch.Tensor | None = None  # (n, C) its weak-view logits
+    b_weight: torch.Tensor | None = None  # (n,) B's weight per sample (distill_on: weighted, agree)
+    batched_steps: int | None = None  # local steps the batched executor ran (None: sequential)
+
+
 # -- the per-round diagnosis: counts a visit already has, pooled by the server (no training change) --
 def lambda_b_at(rnd: int, alpha: int, lambda_b: float, ramp: int) -> float:
     """lambda_B in round `rnd`: linear from lambda_b / ramp at the first round after the
@@ -573,9 +591,9 @@ class FedGR(StagedMethod):
         lbar = self._observe(task, x_w, state)
         lagged = lbar is not None and p.sieve_timing == "lagged"
         uploads = self._sieve_uploads(task, lbar) if lagged else FedGRUpload()
-        extras = {"state": state, "uploads": uploads, "sums": {}, "warmup": task.rnd < self.alpha}
-        if extras["warmup"]:
-            return extras
+        v = FedGRVisit(state=state, uploads=uploads, warmup=task.rnd < self.alpha, lambda_b=p.lambda_b)
+        if v.warmup:
+            return {"visit": v}
         est = task.instructions.sieve.get(task.cid) or SieveVerdict(np.ones(data.n), 0.0)
         q = torch.as_tensor(np.asarray(est.q), dtype=torch.float32, device=data.labels.device)
         rate, flagged = float(est.rate), q < 0.5
@@ -589,40 +607,42 @@ class FedGR(StagedMethod):
                                             _MISSING[p.cache], p.cache != "none", p.clean_keep_label)
             state.cache = cache if p.cache != "none" else old_cache
             if p.soft_q == "batch" and rate < p.beta:  # the authors' (B, 1) x (B,) broadcast, per batch
-                extras["soft_batch"] = (q, cache, _MISSING[p.cache], p.cache != "none")
+                v.soft_batch = (q, cache, _MISSING[p.cache], p.cache != "none")
         else:
             targets, weights = select_targets(data.labels, q, self.ctx.num_classes, p.unrefined == "weighted")
         reset = teacher_reset(rate, coverage, p.beta, p.reset_coverage)
+        v.targets, v.weights = targets, weights
         if p.ema_distill:
-            extras["ema_start"] = revise(None if reset else state.ema, task.params, p.gamma_g)
-            load_params_(self.ema_model, extras["ema_start"])
-            extras["teacher"] = self._logits(self.ema_model, x_w)
+            v.ema_start = revise(None if reset else state.ema, task.params, p.gamma_g)
+            load_params_(self.ema_model, v.ema_start)
+            v.teacher = self._logits(self.ema_model, x_w)
             if p.distill_on == "weighted":
-                extras["b_weight"] = weights
+                v.b_weight = weights
             elif p.distill_on == "agree":
-                agree = confident_agreement(extras["teacher"], targets, p.distill_conf)
-                extras["b_weight"] = weights * agree.to(weights.dtype)
+                agree = confident_agreement(v.teacher, targets, p.distill_conf)
+                v.b_weight = weights * agree.to(weights.dtype)
             if p.teacher_eval:
-                uploads.teacher = extras["ema_start"]
-        extras["lambda_b"] = lambda_b_at(task.rnd, self.alpha, p.lambda_b, p.lambda_b_ramp)
+                uploads.teacher = v.ema_start
+        v.lambda_b = lambda_b_at(task.rnd, self.alpha, p.lambda_b, p.lambda_b_ramp)
         cached = state.cache
         uploads.counts = VisitCounts(
             n=data.n, flagged=int(flagged.sum()), confident=int((flagged & confident).sum()),
             cached=int((cached >= 0).sum()) if cached is not None else 0, high=float(rate >= p.beta),
             skipped=int((weights == 0).sum()), reset=float(reset and p.ema_distill),
-            **client_counts(data.labels, flagged, global_logits.argmax(1), extras.get("teacher"), targets,
-                            extras.get("b_weight"), self.ctx.num_classes))
-        return {**extras, "targets": targets, "weights": weights}
+            **client_counts(data.labels, flagged, global_logits.argmax(1), v.teacher, targets, v.b_weight,
+                            self.ctx.num_classes))
+        return {"visit": v}
 
     def after_local(self, task, extras):
-        state, sums, consts = extras["state"], extras["sums"], extras.get("batched_consts")
-        if self.params.ema_distill and not extras["warmup"]:
+        v, consts = extras["visit"], extras.get("batched_consts")
+        state, sums = v.state, v.sums
+        if self.params.ema_distill and not v.warmup:
             state.ema = get_params(self.ema_model) if consts is None else \
-                {k: v.clone() for k, v in consts["ema"].items()}
-        steps = sums.pop("steps", 0) if consts is None else extras["batched_steps"]
+                {k: t.clone() for k, t in consts["ema"].items()}
+        steps = sums.pop("steps", 0) if v.batched_steps is None else v.batched_steps
         state.steps += steps
-        extras["metrics"] = {f"fedgr/loss_{k}": float(v) / max(steps, 1) for k, v in sums.items()}
-        return extras["uploads"], state
+        extras["metrics"] = {f"fedgr/loss_{k}": float(t) / max(steps, 1) for k, t in sums.items()}
+        return v.uploads, state
 
     # -- client: the local step (views, objective, EMA) and its batched twins ----------------
     def _view_plan(self, task) -> tuple[bool, bool]:
@@ -657,22 +677,23 @@ class FedGR(StagedMethod):
         batch.x is the student's view (B, ...) or [weak; student] (2B, ...) when R needs a
         separate weak view for the global side.
         """
-        p, pos, warm = self.params, batch.pos, extras["warmup"]
+        v = extras["visit"]
+        p, pos, warm = self.params, batch.pos, v.warmup
         b = len(pos)
         z = model.features(batch.x if p.rep_loss == "cosine" else batch.x[-b:])
         logits = model.head(z[-b:])
         if warm:
             terms = {"sr": losses.ce(logits, batch.y)}
         else:
-            targets, weights = extras["targets"][pos], extras["weights"][pos]
-            if "soft_batch" in extras:  # soft_q=batch: the batch's mean posterior for every sample
-                q, ref, missing, soften = extras["soft_batch"]
+            targets, weights = v.targets[pos], v.weights[pos]
+            if v.soft_batch is not None:  # soft_q=batch: the batch's mean posterior for every sample
+                q, ref, missing, soften = v.soft_batch
                 targets, weights = batch_soft_targets(batch.y, q[pos], ref[pos], targets.shape[1], missing, soften)
             terms = {"sr": weighted_soft_ce(logits, targets, weights)}
         if not warm and p.ema_distill:
-            per = losses.kd_kl(logits, extras["teacher"][pos], T=p.tau, reduction="none")
-            if "b_weight" in extras:  # divided by the whole batch, as the refined CE is
-                per = per * extras["b_weight"][pos].to(per.dtype)
+            per = losses.kd_kl(logits, v.teacher[pos], T=p.tau, reduction="none")
+            if v.b_weight is not None:  # divided by the whole batch, as the refined CE is
+                per = per * v.b_weight[pos].to(per.dtype)
             terms["b"] = per.mean()
         if p.rep_reg and (p.warmup_rep_reg or not warm):
             with torch.no_grad():
@@ -683,11 +704,12 @@ class FedGR(StagedMethod):
 
     def loss(self, model, batch, task, extras):
         terms = self.loss_terms(model, batch, extras)
-        sums = extras["sums"]
+        v = extras["visit"]
+        sums = v.sums
         for name, value in terms.items():
             sums[name] = sums.get(name, 0.0) + value.detach()
         sums["steps"] = sums.get("steps", 0) + 1
-        return self._weighted_sum(terms, extras.get("lambda_b", self.params.lambda_b))
+        return self._weighted_sum(terms, v.lambda_b)
 
     def _weighted_sum(self, terms: dict[str, torch.Tensor], lambda_b: float) -> torch.Tensor:
         """L = sr + lambda_B b + lambda_R r over the active terms (per batch or per sample);
@@ -696,11 +718,11 @@ class FedGR(StagedMethod):
         return sum(weights[name] * value for name, value in terms.items())
 
     def _ema_start_step(self, extras) -> int:
-        return extras["state"].steps if self.params.ema_ramp == "lifetime" else 0
+        return extras["visit"].state.steps if self.params.ema_ramp == "lifetime" else 0
 
     def after_step(self, task, extras):
         p = self.params
-        if extras["warmup"] or not p.ema_distill:
+        if extras["visit"].warmup or not p.ema_distill:
             return None
         step = [self._ema_start_step(extras)]
 
@@ -720,23 +742,26 @@ class FedGR(StagedMethod):
         return super().batched_support()
 
     def batched_static(self, task, extras) -> dict[str, Any]:
-        p, warm = self.params, extras["warmup"]
-        return {"warm": warm, "distill": not warm and p.ema_distill, "weighted": "b_weight" in extras,
-                "lambda_b": extras.get("lambda_b", p.lambda_b),
+        p, v = self.params, extras["visit"]
+        warm = v.warmup
+        return {"warm": warm, "distill": not warm and p.ema_distill, "weighted": v.b_weight is not None,
+                "lambda_b": v.lambda_b,
                 "rep": p.rep_reg and (p.warmup_rep_reg or not warm), "with_weak": self._view_plan(task)[1]}
 
     def batched_samples(self, task, extras) -> dict[str, torch.Tensor]:
-        if extras["warmup"]:
+        v = extras["visit"]
+        if v.warmup:
             return {}
-        out = {"targets": extras["targets"], "weights": extras["weights"]}
-        out.update({k: extras[k] for k in ("teacher", "b_weight") if k in extras})
+        out = {"targets": v.targets, "weights": v.weights}
+        out.update({k: t for k, t in (("teacher", v.teacher), ("b_weight", v.b_weight)) if t is not None})
         return out
 
     def batched_consts(self, task, extras) -> dict[str, Any]:
-        if "ema_start" not in extras:
+        v = extras["visit"]
+        if v.ema_start is None:
             return {}
         dev = extras["labels"].device
-        return {"ema": extras["ema_start"],
+        return {"ema": v.ema_start,
                 "ema_step": torch.tensor(float(self._ema_start_step(extras)), dtype=torch.float64, device=dev)}
 
     def batched_inputs(self, task, extras):
@@ -770,7 +795,7 @@ class FedGR(StagedMethod):
                                                            for name, value in terms.items()}
 
     def batched_after_step(self, task, extras):
-        return self._batched_ema_step if "ema_start" in extras else None
+        return self._batched_ema_step if extras["visit"].ema_start is not None else None
 
     def _batched_ema_step(self, params, consts, static) -> dict[str, Any]:
         """Every row's EMA model one step towards its student (`ema_step_`, row by row)."""
@@ -780,5 +805,5 @@ class FedGR(StagedMethod):
 
     def finish_local(self, task, extras, params, stats):
         if params is not None:  # batched: the step count and the EMA come from the stack
-            extras = {**extras, "batched_steps": int(stats["train/steps"])}
+            extras = {**extras, "visit": dataclasses.replace(extras["visit"], batched_steps=int(stats["train/steps"]))}
         return super().finish_local(task, extras, params, stats)

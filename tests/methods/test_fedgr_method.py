@@ -129,8 +129,9 @@ def test_warmup_is_ce_on_given_labels_plus_r_and_no_sieve_is_used(fed):
     rng, gen = client_rngs(0, 0, 0)
     task = ClientTask(0, state.params, method.ctx.clients[0], FedGRInstructions(), {}, rng, gen, 0, "train")
     extras = method.before_local(task)
-    assert extras["warmup"] and "targets" not in extras and "teacher" not in extras
-    assert extras["uploads"].lbar.shape == (task.data.n,)  # the surrogate is observed from round 0
+    visit = extras["visit"]
+    assert visit.warmup and visit.targets is None and visit.teacher is None
+    assert visit.uploads.lbar.shape == (task.data.n,)  # the surrogate is observed from round 0
     pos = torch.arange(8)
     batch = Batch(pos=pos, x=method.make_x(task)(pos), y=task.data.labels[pos])
     terms = method.loss_terms(method.model, batch, extras)
@@ -159,8 +160,8 @@ def test_probe_mode_scores_and_trains_on_the_same_round_view(fed):
     assert method.plan_round(state, 1).probe is None and list(method.plan_round(state, 2).probe) == list(range(6))
     probe = method.client_probe(task_for(method, state, sieve={0: None}))
     extras = method.before_local(task_for(method, state))
-    np.testing.assert_allclose(probe.uploads.lbar, extras["state"].window[:, 0])
-    assert extras["uploads"].lbar is None  # probed, not uploaded again
+    np.testing.assert_allclose(probe.uploads.lbar, extras["visit"].state.window[:, 0])
+    assert extras["visit"].uploads.lbar is None  # probed, not uploaded again
 
 
 def test_short_run_reports_the_promised_metrics(fed, tmp_path):
@@ -297,7 +298,8 @@ def test_distill_on_weighted_weighs_b_as_the_refined_ce(fed):
         with torch.no_grad():
             for p in method.model.parameters():  # the student away from its teacher (w^t here)
                 p.add_(0.05)
-            per = losses.kd_kl(method.model(batch.x), extras["teacher"][pos], T=method.params.tau, reduction="none")
+            teacher = extras["visit"].teacher[pos]
+            per = losses.kd_kl(method.model(batch.x), teacher, T=method.params.tau, reduction="none")
             rows[on] = (float(method.loss_terms(method.model, batch, extras)["b"]), per)
     per = rows["all"][1]
     assert torch.equal(per, rows["weighted"][1]) and float(per[0::2].sum()) > 0  # same views, same teacher
