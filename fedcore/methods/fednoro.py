@@ -122,6 +122,15 @@ class FedNoRoInstructions(NoiseAwareInstructions):
 
 
 @dataclass
+class NoiseAwareVisit:
+    """One visit's loss settings (the hooks' extras["visit"])."""
+
+    log_prior: torch.Tensor  # (C,) log class prior of the labels the client trains on
+    w_kd: float  # this visit's KD weight (0: a clean client, or KD off)
+    kd_mask: torch.Tensor | None  # (n,) bool: the samples KD acts on; None: all of them
+
+
+@dataclass
 class ClassLosses:
     """A FedNoRo probe's answer: the global model's mean CE per class on the client's labels (C,)."""
 
@@ -177,32 +186,34 @@ class NoiseAwareMethod(StagedMethod):
         if w_kd > 0:
             load_params_(self.teacher, task.params)
         prior = losses.class_log_prior(labels, self.ctx.num_classes, self.params.absent_prior)
-        return {"log_prior": prior, "w_kd": w_kd,
-                "kd_mask": self.client_state(task).kd_mask if noisy else None}
+        return {"visit": NoiseAwareVisit(prior, w_kd, self.client_state(task).kd_mask if noisy else None)}
 
     def loss(self, model, batch, task, extras) -> torch.Tensor:
         tau = self.params.tau_la if self.params.la else 0.0
         logits = model(batch.x)
         teacher, mask = None, None
-        if extras["w_kd"] > 0:
+        v = extras["visit"]
+        if v.w_kd > 0:
             with torch.no_grad():
                 teacher = self.teacher(batch.x)
-            mask = extras["kd_mask"][batch.pos] if extras["kd_mask"] is not None else None
-        return noise_aware_loss(logits, batch.y, extras["log_prior"], tau, teacher, extras["w_kd"],
+            mask = v.kd_mask[batch.pos] if v.kd_mask is not None else None
+        return noise_aware_loss(logits, batch.y, v.log_prior, tau, teacher, v.w_kd,
                                 self.params.kd_T, mask, self.params.kd_soften_student)
 
     # batched twin of `loss`: the teacher is the model the client started from (step.start)
     def batched_static(self, task, extras) -> dict[str, Any]:
-        return {"kd": extras["w_kd"] > 0}
+        return {"kd": extras["visit"].w_kd > 0}
 
     def batched_consts(self, task, extras) -> dict[str, Any]:
-        consts = {"log_prior": extras["log_prior"]}
-        if extras["w_kd"] > 0:
-            consts["w_kd"] = torch.tensor(extras["w_kd"], device=extras["log_prior"].device)
+        v = extras["visit"]
+        consts = {"log_prior": v.log_prior}
+        if v.w_kd > 0:
+            consts["w_kd"] = torch.tensor(v.w_kd, device=v.log_prior.device)
         return consts
 
     def batched_samples(self, task, extras) -> dict[str, torch.Tensor]:
-        return {"kd_mask": extras["kd_mask"]} if extras["w_kd"] > 0 and extras["kd_mask"] is not None else {}
+        v = extras["visit"]
+        return {"kd_mask": v.kd_mask} if v.w_kd > 0 and v.kd_mask is not None else {}
 
     def batched_loss(self, step) -> torch.Tensor:
         tau = self.params.tau_la if self.params.la else 0.0
