@@ -173,6 +173,17 @@ class FedHarmonyInstructions:
     memory: dict[str, Any] | None = None  # timing: start: the server memory the probe's answers updated
 
 
+@dataclass
+class FedHarmonyVisit:
+    """One visit's loss settings (the hooks' extras["visit"]); no alignment when teacher is None."""
+
+    keep: torch.Tensor | None = None  # (C,) bool: the labels the client annotates (mask_unannotated)
+    teacher: torch.Tensor | None = None  # (C, C) R*_k
+    lam: float = 0.0  # the alignment weight
+    mask: torch.Tensor | None = None  # (C, C) Psi's entry weights over the blocks
+    table: torch.Tensor | None = None  # (n, C) scores of every local sample (estimate: whole), kept current
+
+
 @register("fedharmony", params=FedHarmonyParams)
 class FedHarmony(StagedMethod):
     def init(self, ctx):
@@ -242,45 +253,45 @@ class FedHarmony(StagedMethod):
     # -- client -----------------------------------------------------------------------------
     def before_local(self, task: ClientTask) -> dict[str, Any]:
         p, dev = self.params, self.ctx.device
-        extras: dict[str, Any] = {}
-        if p.mask_unannotated:
-            extras["keep"] = annotated(task.data.labels)
+        v = FedHarmonyVisit(keep=annotated(task.data.labels) if p.mask_unannotated else None)
+        extras: dict[str, Any] = {"visit": v}
         ins = task.instructions
         teacher = ins.teachers.get(task.cid)
         lam = float(p.lam if ins.lam is None else ins.lam)
         if not p.consensus or lam == 0 or teacher is None:
             return extras
         weights = self._weights(teacher, ins.blocks.get(task.cid))
-        extras.update(teacher=torch.as_tensor(teacher, dtype=torch.float32, device=dev), lam=lam,
-                      mask=torch.as_tensor(weights, dtype=torch.float32, device=dev))
+        v.teacher, v.lam = torch.as_tensor(teacher, dtype=torch.float32, device=dev), lam
+        v.mask = torch.as_tensor(weights, dtype=torch.float32, device=dev)
         if p.estimate == "whole" or p.diagnostics:  # every local sample's scores at the round start
             logits = self._scores.pop((task.cid, task.rnd), None)
             logits = predict_client(self.model, task.data) if logits is None else logits
             if p.estimate == "whole":
-                extras["table"] = torch.sigmoid(logits).double()
+                v.table = torch.sigmoid(logits).double()
             if p.diagnostics:
-                d = ecl_diagnostics(logits, task.data.labels, extras["teacher"], extras["mask"], lam,
-                                    keep=extras.get("keep"), per_entry=p.scale == "entry", eps=p.eps)
+                d = ecl_diagnostics(logits, task.data.labels, v.teacher, v.mask, lam,
+                                    keep=v.keep, per_entry=p.scale == "entry", eps=p.eps)
                 extras["metrics"] = {"harmony/grad_ratio": d["grad_ratio"], "harmony/ecl_opposing": d["opposing"]}
         return extras
 
     def loss(self, model, batch, task, extras) -> torch.Tensor:
         logits = model(batch.x)
-        if "keep" in extras:
-            out = masked_bce(logits, batch.y, extras["keep"])
+        v = extras["visit"]
+        if v.keep is not None:
+            out = masked_bce(logits, batch.y, v.keep)
         else:
             out = self.base_loss(logits, batch.y)
-        if "teacher" in extras:
+        if v.teacher is not None:
             f = torch.sigmoid(logits)
-            if "table" in extras:
-                table = extras["table"]
+            if v.table is not None:
+                table = v.table
                 rows = scale_grad(f.double(), table.shape[0] / len(batch.pos))
                 r = refreshed_phi(table, batch.pos, rows, eps=self.params.eps)
                 table[batch.pos] = f.detach().double()  # the table follows the model step by step
             else:
                 r = phi_correlation(f, eps=self.params.eps)
-            gap = alignment_gap(r, extras["teacher"], extras["mask"], per_entry=self.params.scale == "entry")
-            out = out + extras["lam"] * gap
+            gap = alignment_gap(r, v.teacher, v.mask, per_entry=self.params.scale == "entry")
+            out = out + v.lam * gap
         return out
 
     def after_local(self, task: ClientTask, extras: dict[str, Any]) -> tuple[FedHarmonyUpload, None]:
@@ -289,8 +300,9 @@ class FedHarmony(StagedMethod):
         ups = FedHarmonyUpload(corr=r)
         if self.params.teacher == "pooled" and self.params.timing == "upload":
             ups.moments = score_moments(probs.double().cpu().numpy())
-        if "teacher" in extras:
-            gap = alignment_gap(torch.as_tensor(r), extras["teacher"].cpu().double(), extras["mask"].cpu(),
+        v = extras["visit"]
+        if v.teacher is not None:
+            gap = alignment_gap(torch.as_tensor(r), v.teacher.cpu().double(), v.mask.cpu(),
                                 per_entry=self.params.scale == "entry")
             extras.setdefault("metrics", {})["harmony/client_gap"] = float(gap)
         return ups, None

@@ -16,7 +16,7 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan
 from fedcore.errors import ConfigError
-from fedcore.methods.fedharmony import FedHarmonyInstructions, FedHarmonyUpload
+from fedcore.methods.fedharmony import FedHarmonyInstructions, FedHarmonyUpload, FedHarmonyVisit
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context
 from fedcore.stats.correlation import phi_correlation
@@ -120,8 +120,8 @@ def test_alignment_loss_is_zero_when_local_correlation_equals_the_teacher(fed):
     bce = method.base_loss(logits, batch.y)
     task = _task(method, state, teacher=own)
     extras = method.before_local(task)
-    assert extras["mask"].sum() == 90  # blocks off: every off-diagonal entry
-    assert "table" not in extras
+    assert extras["visit"].mask.sum() == 90  # blocks off: every off-diagonal entry
+    assert extras["visit"].table is None
     assert method.loss(method.model, batch, task, extras).item() == pytest.approx(bce.item(), abs=1e-5)
     far = _task(method, state, teacher=np.full((10, 10), 0.9))
     far_extras = method.before_local(far)
@@ -131,11 +131,11 @@ def test_alignment_loss_is_zero_when_local_correlation_equals_the_teacher(fed):
 def test_consensus_switch_removes_the_alignment_term(fed):
     method, state = make_method(fed, consensus=False)
     task = _task(method, state, teacher=np.full((10, 10), 0.9))
-    assert method.before_local(task) == {}
+    assert method.before_local(task) == {"visit": FedHarmonyVisit()}
     batch = _batch(task)
     with torch.no_grad():
         expected = method.base_loss(method.model(batch.x), batch.y).item()
-        assert method.loss(method.model, batch, task, {}).item() == pytest.approx(expected)
+        assert method.loss(method.model, batch, task, {"visit": FedHarmonyVisit()}).item() == pytest.approx(expected)
 
 
 def test_client_uploads_its_correlation(fed):

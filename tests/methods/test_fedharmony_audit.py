@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedcore.methods.fedharmony import FedHarmonyVisit
 from fedcore.stats.correlation import phi_correlation
 from fedcore.train.local import predict_client
 from tests.methods.test_fedharmony import TRAIN_PLAN, _batch, _task, fake_updates, fed, make_method  # noqa: F401
@@ -23,7 +24,7 @@ def test_alignment_gradient_flows_through_the_batch_correlation(fed):  # noqa: F
     method, state = make_method(fed, blocks=False)
     plain_task = _task(method, state)
     batch = _batch(plain_task)
-    plain = _grads(method, batch, plain_task, {})
+    plain = _grads(method, batch, plain_task, {"visit": FedHarmonyVisit()})
     task = _task(method, state, teacher=np.full((10, 10), 0.5))
     aligned = _grads(method, batch, task, method.before_local(task))
     assert torch.isfinite(aligned).all()

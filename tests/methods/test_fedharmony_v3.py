@@ -52,7 +52,8 @@ def test_round_start_teacher_is_used_in_the_same_round(fed):
     assert set(plan.instructions.teachers) == {0, 1, 2}  # round 0 already has teachers (v2: none)
     task = _probe_task(method, state, 0, plan.instructions)
     extras = method.before_local(task)
-    assert "teacher" in extras and {"harmony/grad_ratio", "harmony/ecl_opposing"} <= set(extras["metrics"])
+    assert extras["visit"].teacher is not None
+    assert {"harmony/grad_ratio", "harmony/ecl_opposing"} <= set(extras["metrics"])
     up = method.finish_local(task, extras, None, {})
     new, metrics = method.server_update(state, plan, [up, *(_upload(method, state, c, plan) for c in (1, 2))])
     assert "harmony/consensus_block_norm" in metrics.scalars and "harmony/weight_eff" in metrics.scalars
@@ -79,7 +80,7 @@ def test_bce_mask_drops_never_annotated_labels_from_the_local_loss(fed):
     labels[:, 3] = 0  # this client never annotates label 3
     task.data.labels = labels
     extras = method.before_local(task)
-    assert extras["keep"].tolist() == [c != 3 for c in range(10)]
+    assert extras["visit"].keep.tolist() == [c != 3 for c in range(10)]
     batch = _batch(task)
     method.model.zero_grad()
     x = batch.x.requires_grad_(False)
@@ -87,10 +88,10 @@ def test_bce_mask_drops_never_annotated_labels_from_the_local_loss(fed):
     logits.retain_grad()
     from fedcore.stats.correlation_v3 import masked_bce
 
-    masked_bce(logits, batch.y, extras["keep"]).backward()
+    masked_bce(logits, batch.y, extras["visit"].keep).backward()
     assert torch.all(logits.grad[:, 3] == 0)
     assert method.loss(method.model, batch, task, extras).item() == pytest.approx(
-        masked_bce(logits.detach(), batch.y, extras["keep"]).item(), abs=1e-6)
+        masked_bce(logits.detach(), batch.y, extras["visit"].keep).item(), abs=1e-6)
 
 
 def test_scheduled_lambda_follows_one_minus_alpha(fed):
