@@ -63,7 +63,7 @@ declare -A VARIANTS=(
   [lam0.1]="-s method.params.lam=0.1"  # sensitivity of the alignment weight (spec: 1.0)
   [lam0.01]="-s method.params.lam=0.01"
   [lam10]="-s method.params.lam=10"
-  # Spec v3's readings together (fedharmony_params.py lists v2 -> v3); LAM3 picks its lam (validation).
+  # Spec v3's readings together (the fedharmony.py docstring lists v2 -> v3); LAM3 picks its lam (validation).
   [v3]="$V3 -s method.params.lam=${LAM3:-1.0}"
   [v3_ecl]="$V3 -s method.params.lam=${LAM3:-1.0} -s method.params.caa=false"  # ECL alone
   [v3_caa]="$V3 -s method.params.consensus=false"  # CAA alone

@@ -191,7 +191,6 @@ def final_scores(run: Path, data: Path) -> list[dict[str, np.ndarray]]:
     from fedcore.engine.checkpoint import load_checkpoint
     from fedcore.engine.sampler import client_rngs
     from fedcore.engine.types import ClientTask
-    from fedcore.methods.fedrg_detect import embed
     from fedcore.methods.registry import build_method
     from fedcore.metrics import noise_majority
     from fedcore.registries import load_config
@@ -207,7 +206,7 @@ def final_scores(run: Path, data: Path) -> list[dict[str, np.ndarray]]:
     for cid, st in enumerate(clients):
         rng, gen = client_rngs(cfg.seed, 10**6, cid)
         task = ClientTask(cid, state.params, method.ctx.clients[cid], {}, st, rng, gen, 10**6, "train")
-        z, z1, z2, logits = embed(method, task)
+        z, z1, z2, logits = method.embed(task)
         mix = vmf.VMFMixture(**st["mix"])
         resp = vmf.responsibilities(z, mix, vmf.temper_factor(vmf.aug_concentration(z1, z2), st["median"]),
                                     method.params.normalizer)

@@ -13,7 +13,9 @@ at any instant leaves every checkpoint path holding either its old or its new co
 stage end writes `stage-<name>.pt` and then `latest.pt`; resuming from a run dir takes the
 verified checkpoint that got furthest (its header says how far), so a kill between the two
 writes loses nothing. Payloads are read with `torch.load(weights_only=True)`: tensors, plain
-Python containers and numpy arrays only, so a crafted file cannot run code.
+Python containers and numpy arrays only, so a crafted file cannot run code. A method's dataclasses
+(in client state or `ServerState.extra`) are saved as the plain dicts of their fields
+(`store.plain_state`); the method rebuilds them (`store.typed_state`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 import torch
 
 from fedcore.engine.loop import LoopState
-from fedcore.engine.store import ClientStateStore
+from fedcore.engine.store import ClientStateStore, plain_state
 from fedcore.engine.types import ServerState
 from fedcore.errors import ArtifactError
 from fedcore.io import atomic_write_bytes
@@ -69,7 +71,7 @@ class Checkpointer:
             "config_hash": self.config_hash,
             "config": self.config,
             "state": {"params": state.params, "rnd": state.rnd, "stage": state.stage,
-                      "stage_round": state.stage_round, "extra": dict(state.extra)},
+                      "stage_round": state.stage_round, "extra": plain_state(dict(state.extra))},
             "loop": {"stage_index": loop.stage_index, "history": loop.history, "stopped": loop.stopped,
                      "extras": loop.extras},
             "clients": self.clients.state_dict() if self.clients else [],

@@ -11,7 +11,7 @@ import torch
 from fedcore.engine.callbacks import Callback
 from fedcore.engine.executor import Executor, SequentialExecutor
 from fedcore.engine.sampler import ClientSampler, client_rngs
-from fedcore.engine.store import ClientStateStore
+from fedcore.engine.store import ClientStateStore, plain_state
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, Method, RunContext, ServerState, Stage
 from fedcore.errors import DivergedError
 
@@ -80,7 +80,7 @@ class RoundLoop:
         prefixes = tuple(self.method.personal_keys)
         for u in updates:
             old = self.store.get(u.cid)
-            new = dict(old if u.state is None else u.state)
+            new = dict(old if u.state is None else plain_state(u.state))  # a method's dataclass: its fields
             if prefixes and u.params is not None:
                 # Copies: an update's tensors may be views into a larger buffer (a batched stack).
                 new[PERSONAL] = {k: v.clone() for k, v in u.params.items() if k.startswith(prefixes)}

@@ -3,15 +3,29 @@
 No per-client DataLoader and no per-client copy of the data: a client's batch is an
 index_select on the shared uint8 tensor, converted to float and normalized on the
 device. Per-client persistent state lives in `ClientStateStore`.
+
+A method's client state is a dataclass of its own (typed: a misspelled field fails at once).
+The store keeps it as the plain dict of its fields (`plain_state`), so a checkpoint holds only
+tensors, arrays, numbers and plain containers (what `torch.load(weights_only=True)` rebuilds),
+and the method rebuilds its dataclass from that dict at every visit (`typed_state`), after a
+resume or not, so resuming takes the same path as any other round.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import types
+import typing
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
+
+from fedcore.errors import ArtifactError
+
+S = TypeVar("S")
 
 
 class TensorStore:
@@ -107,3 +121,45 @@ class ClientStateStore:
 
     def load_state_dict(self, states: list[dict[str, Any]]) -> None:
         self._states = list(states)
+
+
+def plain_state(state: Any) -> Any:
+    """A dataclass (and any dataclass nested in its fields, dicts, lists or tuples) as plain dicts
+    of its fields; anything else as is. No value is copied: tensors and arrays are shared."""
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return {f.name: plain_state(getattr(state, f.name)) for f in dataclasses.fields(state)}
+    if isinstance(state, dict):
+        return {k: plain_state(v) for k, v in state.items()}
+    if type(state) in (list, tuple):  # exactly: a namedtuple is not rebuilt from one iterable
+        return type(state)(plain_state(v) for v in state)
+    return state
+
+
+def typed_state(cls: type[S], data: Any) -> S:
+    """`cls` (a dataclass) from the plain dict `plain_state` made of one (an empty dict: a first
+    visit, every field at its default). A field whose type is a dataclass (or one or None) is
+    rebuilt from its dict too. A key `cls` does not have is refused: the state was written by
+    another version of the method, and dropping the key would lose it silently."""
+    if isinstance(data, cls):
+        return data
+    nested = _nested_fields(cls)
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ArtifactError(f"saved state has fields {unknown} that {cls.__name__} does not know; it was "
+                            "written by another fedcore version: resume with that version or start afresh")
+    return cls(**{k: typed_state(nested[k], v) if k in nested and isinstance(v, dict) else v
+                  for k, v in data.items()})
+
+
+@functools.cache
+def _nested_fields(cls: type) -> dict[str, type]:
+    """Field name -> dataclass type, for the fields of `cls` annotated with a dataclass (or X | None)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        found = [a for a in args if dataclasses.is_dataclass(a)]
+        if found:
+            out[f.name] = found[0]
+    return out

@@ -120,7 +120,7 @@ class ClientTask:
     params: Params  # global params with this client's personal params overlaid
     data: ClientData
     instructions: Mapping[str, Any]
-    state: dict[str, Any]  # the client's persistent state (method-defined)
+    state: dict[str, Any]  # the client's persistent state: the fields of the method's dataclass (store.typed_state)
     rng: np.random.Generator
     gen: torch.Generator
     rnd: int
@@ -132,9 +132,9 @@ class ClientUpdate:
     cid: int
     num_examples: int
     params: Params | None = None
-    uploads: dict[str, Any] = field(default_factory=dict)
+    uploads: Any = field(default_factory=dict)  # method-defined (a dataclass); the engine never reads it
     metrics: dict[str, float] = field(default_factory=dict)
-    state: dict[str, Any] | None = None  # new persistent state; None keeps the old one
+    state: Any = None  # new persistent state (a dataclass of checkpoint-safe values, or a dict); None keeps the old
 
 
 @dataclass

@@ -27,7 +27,7 @@ the batched counterpart, or that builds its own optimizer, trains sequentially
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +36,7 @@ from torch import nn
 from fedcore.config import ExperimentConfig
 from fedcore.engine.batched import model_support
 from fedcore.engine.program import LocalProgram, StackedStep
+from fedcore.engine.store import typed_state
 from fedcore.engine.types import (
     ClientTask,
     ClientUpdate,
@@ -68,6 +69,9 @@ def _owner(cls: type, name: str) -> type:
 class StagedMethod:
     name: str = ""
     personal_keys: tuple[str, ...] = ()
+    # The dataclass of this method's client state (None: it keeps none, or a plain dict). The store
+    # holds its fields; `client_state(task)` gives it back typed.
+    client_state_type: type | None = None
 
     def __init__(self, cfg: ExperimentConfig, params: MethodParams) -> None:
         self.cfg = cfg
@@ -152,8 +156,16 @@ class StagedMethod:
         """Client work before local training (it may load any model); the dict joins the extras."""
         return {}
 
+    def client_state(self, task: ClientTask) -> Any:
+        """The client's state as `client_state_type` (its defaults on a first visit), built from the
+        store's plain dict, so changing it changes nothing until it is returned as the new state."""
+        cls = self.client_state_type
+        return dict(task.state) if cls is None else typed_state(cls, task.state)
+
     def targets(self, task: ClientTask) -> torch.Tensor:
-        relabeled = task.state.get("labels")
+        """The client's working labels: relabeled ones from its state (field or key `labels`), else the given."""
+        st = self.client_state(task)
+        relabeled = st.get("labels") if isinstance(st, dict) else getattr(st, "labels", None)
         return relabeled if relabeled is not None else task.data.labels
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
@@ -196,7 +208,8 @@ class StagedMethod:
         return None
 
     def optim_spec(self, task: ClientTask) -> OptimSpec:
-        lr = task.instructions.get("lr") if task.instructions else None
+        ins = task.instructions  # a Mapping or a method's dataclass; either may name a server-set lr
+        lr = ins.get("lr") if isinstance(ins, Mapping) else getattr(ins, "lr", None)
         return OptimSpec.from_train(self.cfg.train, lr=lr)
 
     # -- batched local training (fedcore.engine.batched) -----------------------------------------

@@ -25,7 +25,7 @@ Choices and departures (facts read from the public code, github Xu-Jingyi/FedCor
 - A relabel decided at the end of a pass runs at the client's next visit (in this engine
   only a client writes its own labels); the model it uses is the end-of-pass snapshot.
 - The proximal term is the unsquared norm, as in the code (beta = 5 in its README).
-- The three stages fit inside train.rounds (`budget: within`, see `fedcorr_stages.stage_split`:
+- The three stages fit inside train.rounds (`budget: within`, see `stage_split`:
   pre-processing takes `preprocess_share` of it in whole passes, at least one pass where the
   budget holds one, fine-tuning half the rest),
   so FedCorr gets every other method's budget; `budget: extra` puts `iterations` passes on top
@@ -39,9 +39,11 @@ Choices and departures (facts read from the public code, github Xu-Jingyi/FedCor
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -50,10 +52,10 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from fedcore.config import tune_range
+from fedcore.engine.store import plain_state
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, ServerState, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
-from fedcore.methods.fedcorr_stages import judges, stage_split
 from fedcore.methods.registry import MethodParams, register
 from fedcore.stats.gmm import clean_posterior, noisy_fraction
 from fedcore.stats.lid import lid_mle
@@ -114,8 +116,84 @@ def confident_relabel(labels: np.ndarray, probs: np.ndarray, thres: float) -> np
     return np.where(sure, probs.argmax(axis=1), labels)
 
 
+def stage_split(total: int, per_pass: int, iterations: int, budget: str, preprocess_share: float,
+                finetune_rounds: int | None, fine_tuning: bool) -> tuple[int, int, int]:
+    """(preprocess, finetune, train) rounds.
+
+    budget "within": the three stages share `total` (train.rounds), so FedCorr gets the budget of
+    every other method. Pre-processing takes preprocess_share * total rounds, rounded down to whole
+    passes of `per_pass` rounds (the server judges the clients at the end of each pass), but at most
+    `iterations` passes; when the share is under one pass it takes one whole pass if the budget
+    holds it with a round to spare, because a partial pass never judges a client and FedCorr would
+    then run as FedAvg without saying so (20 clients in 40 rounds did). Fine-tuning takes
+    `finetune_rounds` (default: half of what is left); usual training the rest. Tiny budgets shrink
+    the stages instead of being refused: usual training keeps at least 1 round, then
+    pre-processing 1 when total >= 2 (a partial pass: `judges` says whether a pass completes), then
+    fine-tuning gets what is left (possibly 0).
+    budget "extra" (the former behaviour): `iterations` whole passes on top of total, which
+    fine-tuning (default half) and usual training share.
+    """
+    if budget == "extra":
+        pre = iterations * per_pass
+        ft = (total // 2 if finetune_rounds is None else finetune_rounds) if fine_tuning else 0
+        return pre, ft, max(total - ft, 1)
+    pre = int(preprocess_share * total)
+    if pre >= per_pass:
+        pre = min(pre // per_pass, iterations) * per_pass
+    elif preprocess_share > 0 and iterations >= 1 and per_pass <= total - 1:
+        pre = per_pass
+    pre = max(0, min(pre, total - 1, iterations * per_pass))
+    if total >= 2 and preprocess_share > 0:
+        pre = max(pre, 1)
+    left = total - pre
+    ft = (left // 2 if finetune_rounds is None else finetune_rounds) if fine_tuning else 0
+    ft = max(0, min(ft, left - 1))
+    return pre, ft, max(left - ft, 1)
+
+
+def judges(preprocess_rounds: int, per_pass: int) -> bool:
+    """Whether pre-processing completes a pass, the point where the server identifies noisy clients."""
+    return per_pass > 0 and preprocess_rounds >= per_pass
+
+
+@dataclass
+class FedCorrState:
+    """One client's FedCorr state across its visits."""
+
+    loss: np.ndarray | None = None  # (n,) CE of its last pre-processing model on its labels
+    loss_level: tuple[float, np.ndarray] | None = None  # the fit on `loss`: (level, flags (n,))
+    level: float = 0.0  # estimated noise level (0 when judged clean); scales the proximal term
+    relabeled_pass: int = -1  # the last pass whose snapshot relabeled this client
+    ft_relabeled: bool = False  # relabeled from the fine-tuned model already
+    labels: torch.Tensor | None = None  # (n,) working labels; None: the given ones
+
+
+@dataclass(frozen=True)
+class FedCorrInstructions:
+    """What every client of a round is told."""
+
+    noisy: frozenset[int] = frozenset()  # the clients judged noisy at the end of the last pass
+    snapshot: dict[str, Any] | None = None  # {"pass", "params"}: the global model at that pass's end
+    prox: bool = False  # pre-processing: the adaptive proximal term is on
+    selected: list[int] | None = None  # fine-tuning: the clients under clean_set_thres
+    levels: dict[int, float] | None = None  # fine-tuning's first round: every client's level
+    ft_snapshot: dict[str, torch.Tensor] | None = None  # usual training: the fine-tuned model
+
+
+@dataclass
+class FedCorrUpload:
+    """A visit's report (each field only where it applies) or a probe's noise level."""
+
+    level: float | None = None
+    flags: np.ndarray | None = None  # (n,) bool: the samples the level's fit flags
+    labels: np.ndarray | None = None  # (n,) working labels after this visit's relabels
+    lid: float | None = None  # pre-processing: mean LID of the trained local model's outputs
+
+
 @register("fedcorr", params=FedCorrParams)
 class FedCorr(StagedMethod):
+    client_state_type = FedCorrState
+
     # -- stages and plans --------------------------------------------------------------------
     def init(self, ctx):
         if ctx.task == "multi":
@@ -152,21 +230,21 @@ class FedCorr(StagedMethod):
 
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None:
         x = state.extra
-        ins = {"noisy": frozenset(x.get("noisy", ())), "snapshot": x.get("snapshot")}
+        ins = FedCorrInstructions(noisy=frozenset(x.get("noisy", ())), snapshot=x.get("snapshot"))
         if state.stage == "preprocess":
             it, j = divmod(state.stage_round, self.per_pass)
             order = np.random.default_rng([self.ctx.seed, _ORDER_SALT, it]).permutation(len(self.ctx.clients))
             m = self.params.preprocess_clients
             return RoundPlan(stage=state.stage, cohort=sorted(int(c) for c in order[j * m:(j + 1) * m]),
-                             instructions={**ins, "prox": True})
+                             instructions=dataclasses.replace(ins, prox=True))
         if state.stage == "finetune":
             if "selected" in x:
                 return RoundPlan(stage=state.stage, cohort=self._pick(x["selected"], rnd), instructions=ins)
-            if ins["noisy"]:  # first fine-tuning round: noisy clients report their levels
-                return RoundPlan(stage=state.stage, probe=sorted(ins["noisy"]), instructions=ins)
+            if ins.noisy:  # first fine-tuning round: noisy clients report their levels
+                return RoundPlan(stage=state.stage, probe=sorted(ins.noisy), instructions=ins)
             return self.after_probe(state, RoundPlan(stage=state.stage, instructions=ins), [])
         if self.params.fine_tuning and "ft_snapshot" in x:
-            ins["ft_snapshot"] = x["ft_snapshot"]
+            ins = dataclasses.replace(ins, ft_snapshot=x["ft_snapshot"])
         return RoundPlan(stage=state.stage, instructions=ins)
 
     def _pick(self, selected: Sequence[int], rnd: int) -> list[int]:
@@ -175,58 +253,58 @@ class FedCorr(StagedMethod):
         return sorted(int(c) for c in rng.choice(selected, size=min(m, len(selected)), replace=False))
 
     def client_probe(self, task: ClientTask) -> ClientUpdate:
-        level = self._level(task)[0] if "loss" in task.state else 0.0
-        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads={"level": level})
+        st = self.client_state(task)
+        level = self._level(st)[0] if st.loss is not None else 0.0
+        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=FedCorrUpload(level=level))
 
     def after_probe(self, state, plan, answers) -> RoundPlan:
-        levels = {c: 0.0 for c in range(len(self.ctx.clients))} | {a.cid: a.uploads["level"] for a in answers}
+        levels = {c: 0.0 for c in range(len(self.ctx.clients))} | {a.cid: a.uploads.level for a in answers}
         selected = [c for c, v in levels.items() if v <= self.params.clean_set_thres]
         selected = selected or [min(levels, key=levels.get)]
-        ins = {**plan.instructions, "selected": selected, "levels": levels}
+        ins = dataclasses.replace(plan.instructions, selected=selected, levels=levels)
         return RoundPlan(stage=plan.stage, cohort=self._pick(selected, state.rnd), instructions=ins)
 
     # -- clients -----------------------------------------------------------------------------
-    def _level(self, task: ClientTask) -> tuple[float, np.ndarray]:
+    def _level(self, st: FedCorrState) -> tuple[float, np.ndarray]:
         """Level and flags from the stored losses, fitted once per stored loss vector (the losses
         only change in pre-processing, so later visits reuse the fit)."""
-        cached = task.state.get("loss_level")
-        return cached if cached is not None else loss_level(task.state["loss"], seed=self.ctx.seed)
+        return st.loss_level if st.loss_level is not None else loss_level(st.loss, seed=self.ctx.seed)
 
     def _probs(self, params, task: ClientTask) -> np.ndarray:
         load_params_(self.snapshot, params)
         return F.softmax(predict_client(self.snapshot, task.data), dim=-1).cpu().numpy()
 
-    def _correct(self, task: ClientTask) -> dict[str, Any]:
-        """Pending relabels for a noisy client; updates task.state, returns what to report."""
-        st, ins, p = task.state, task.instructions, self.params
-        report: dict[str, Any] = {}
-        if task.cid not in ins["noisy"] or "loss" not in st:
-            st["level"] = 0.0
-            if "loss" in st:  # judged clean: level 0, nothing flagged, labels as they are
-                report.update(level=0.0, flags=np.zeros(task.data.n, dtype=bool),
-                              labels=self.targets(task).cpu().numpy())
-            return report
-        level, flags = self._level(task)
-        st["level"], st["loss_level"] = level, (level, flags)
-        report.update(level=level, flags=flags)
+    def _correct(self, task: ClientTask, st: FedCorrState) -> FedCorrUpload:
+        """Pending relabels for a noisy client; updates `st`, returns what to report."""
+        ins, p = task.instructions, self.params
+        if task.cid not in ins.noisy or st.loss is None:
+            st.level = 0.0
+            if st.loss is not None:  # judged clean: level 0, nothing flagged, labels as they are
+                return FedCorrUpload(level=0.0, flags=np.zeros(task.data.n, dtype=bool),
+                                     labels=self.targets(task).cpu().numpy())
+            return FedCorrUpload()
+        level, flags = self._level(st)
+        st.level, st.loss_level = level, (level, flags)
         labels = self.targets(task).cpu().numpy()
-        snap = ins.get("snapshot")
-        if p.correction and snap is not None and st.get("relabeled_pass", -1) < snap["pass"]:
-            labels = loss_relabel(labels, st["loss"], self._probs(snap["params"], task), level,
+        snap = ins.snapshot
+        if p.correction and snap is not None and st.relabeled_pass < snap["pass"]:
+            labels = loss_relabel(labels, st.loss, self._probs(snap["params"], task), level,
                                   p.relabel_ratio, p.confidence_thres)
-            st["relabeled_pass"] = snap["pass"]
-        if p.correction and "ft_snapshot" in ins and not st.get("ft_relabeled"):
-            labels = confident_relabel(labels, self._probs(ins["ft_snapshot"], task), p.confidence_thres)
-            st["ft_relabeled"] = True
-        st["labels"] = torch.as_tensor(labels, device=task.data.labels.device)
-        report["labels"] = labels
-        return report
+            st.relabeled_pass = snap["pass"]
+        if p.correction and ins.ft_snapshot is not None and not st.ft_relabeled:
+            labels = confident_relabel(labels, self._probs(ins.ft_snapshot, task), p.confidence_thres)
+            st.ft_relabeled = True
+        st.labels = torch.as_tensor(labels, device=task.data.labels.device)
+        return FedCorrUpload(level=level, flags=flags, labels=labels)
 
     def prepare_local(self, task: ClientTask) -> dict[str, Any]:
-        return {"report": self._correct(task)}
+        st = self.client_state(task)
+        report = self._correct(task, st)
+        task.state = plain_state(st)  # the visit trains on its relabels and level (targets, before_local)
+        return {"report": report}
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
-        weight = self.params.beta * task.state.get("level", 0.0) if task.instructions.get("prox") else 0.0
+        weight = self.params.beta * self.client_state(task).level if task.instructions.prox else 0.0
         anchors = [task.params[n].detach() for n, _ in self.model.named_parameters()] if weight > 0 else None
         return {"prox": weight, "anchors": anchors}
 
@@ -245,13 +323,13 @@ class FedCorr(StagedMethod):
         return adaptive_proximal(list(model.parameters()), extras["anchors"], extras["prox"])
 
     def after_local(self, task, extras):
-        uploads, state = dict(extras["report"]), dict(task.state)
+        uploads, state = dataclasses.replace(extras["report"]), self.client_state(task)
         if task.stage == "preprocess":  # score the own data with the trained local model
             logits = predict_client(self.model, task.data)
             labels = self.targets(task)
-            uploads["lid"] = float(lid_mle(F.softmax(logits, -1).cpu().numpy(), self.params.lid_k).mean())
-            state["loss"] = F.cross_entropy(logits, labels, reduction="none").cpu().numpy()
-            state.pop("loss_level", None)  # new losses: the next visit refits
+            uploads.lid = float(lid_mle(F.softmax(logits, -1).cpu().numpy(), self.params.lid_k).mean())
+            state.loss = F.cross_entropy(logits, labels, reduction="none").cpu().numpy()
+            state.loss_level = None  # new losses: the next visit refits
         return uploads, state
 
     # -- batched twins: mixup draws on the host, per client, in `loss`'s order (lam, 1 - lam as its floats)
@@ -294,18 +372,18 @@ class FedCorr(StagedMethod):
     # -- server --------------------------------------------------------------------------------
     def summarize(self, state, plan, updates, params):
         x = dict(state.extra)
-        if plan.instructions.get("selected") is not None:
-            x["selected"] = list(plan.instructions["selected"])
-            x["levels"] = {**x.get("levels", {}), **plan.instructions["levels"]}
+        if plan.instructions.selected is not None:
+            x["selected"] = list(plan.instructions.selected)
+            x["levels"] = {**x.get("levels", {}), **plan.instructions.levels}
         for key, name in (("level", "levels"), ("flags", "flags"), ("labels", "labels")):
-            got = {u.cid: u.uploads[key] for u in updates if key in u.uploads}
+            got = {u.cid: getattr(u.uploads, key) for u in updates if getattr(u.uploads, key) is not None}
             if got:
                 x[name] = {**x.get(name, {}), **got}
         scalars: dict[str, float] = {}
         if state.stage == "preprocess":
             lid = {**x.get("lid_cum", {})}
             for u in updates:
-                lid[u.cid] = lid.get(u.cid, 0.0) + u.uploads["lid"]
+                lid[u.cid] = lid.get(u.cid, 0.0) + u.uploads.lid
             x["lid_cum"] = lid
             done, j = divmod(state.stage_round + 1, self.per_pass)
             if j == 0:  # a pass just ended: judge the clients, keep this model for their relabels

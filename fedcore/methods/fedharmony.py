@@ -13,9 +13,22 @@ blocks, and aggregates with CAA weights w_k = alpha(t) nbar_k + (1 - alpha(t)) q
 q_k = exp(-gamma s_k), s_k the block gap between the uploaded R_k and R*_k,
 alpha(t) = max(0, 1 - t / T0).
 
-Spec v3's readings are params, v2 the defaults; `fedharmony_params.py` lists v2 -> v3. With
-`timing: start` the round opens with a probe: the global model scores every sampled client's
-data, the clients upload R_k (and, for `teacher: pooled`, their marginals and pair moments), and
+Spec v3's readings are params, v2 the defaults:
+
+    v2 (default)                                 v3 reading
+    timing: upload (the trained model's R_k;     timing: start (the global model scores the data
+      the teacher arrives a round late)            at the round start; the teacher of this round)
+    teacher: mean                                teacher: pooled (phi of pooled moments) | caa
+                                                   (the previous CAA weights) | median
+    weighting: one, diagonal: false,             weighting: abs (Gamma = |R*|), diagonal: true,
+      scale: entry                                 scale: sum
+    lam_schedule: constant                       lam_schedule: caa (lam * (1 - alpha(t)))
+    gamma_by: value (q_k = exp(-gamma s_k))      gamma_by: median (gamma / median(s_k))
+    mask_unannotated: false                      mask_unannotated: true (no BCE on labels a client
+                                                   never annotates)
+
+With `timing: start` the round opens with a probe: the global model scores every sampled
+client's data, the clients upload R_k (and, for `teacher: pooled`, their marginals and pair moments), and
 the server returns this round's teachers and blocks before anyone trains.
 
 Switches (the paper's ablation): `consensus` (the ECL alignment term; off = plain BCE
@@ -63,17 +76,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 
+from fedcore.config import tune_range
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundMetrics, RoundPlan, ServerState
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
-from fedcore.methods.fedharmony_params import FedHarmonyParams
-from fedcore.methods.registry import register
+from fedcore.methods.registry import MethodParams, register
 from fedcore.stats.correlation import (
     alignment_gap,
     alpha_schedule,
@@ -96,7 +111,75 @@ from fedcore.stats.correlation import (
 from fedcore.train.local import predict_client
 from fedcore.train.params import load_params_
 
-__all__ = ["FedHarmony", "FedHarmonyParams"]
+__all__ = ["FedHarmony", "FedHarmonyInstructions", "FedHarmonyParams", "FedHarmonyUpload"]
+
+
+class FedHarmonyParams(MethodParams):
+    lam: float = Field(1.0, ge=0.0, description="weight of the consensus alignment loss",
+                       json_schema_extra=tune_range(0.01, 2.0, log=True))
+    gamma: float = Field(1.0, ge=0.0, description="CAA quality temperature: q_k = exp(-gamma s_k) "
+                         "(gamma_by: median: the c of gamma = c / median(s_k))",
+                         json_schema_extra=tune_range(0.1, 10.0, log=True))
+    num_blocks: int | None = Field(None, ge=1, description="G label blocks; default ceil(C / 4)")
+    t0_fraction: float = Field(0.5, gt=0.0, description="T0 = t0_fraction * train.rounds in alpha(t)")
+    teacher: Literal["mean", "median", "pooled", "caa"] = Field(
+        "mean", description="leave-one-out consensus operator: size-weighted mean of R_j, elementwise median, "
+        "phi of the pooled moments (uploads each client's marginals and pair moments), or the mean weighted "
+        "by the previous round's CAA weights")
+    consensus: bool = Field(True, description="ECL: align local correlation with the consensus teacher")
+    caa: bool = Field(True, description="correlation-aware aggregation (off: sample-count weights)")
+    blocks: bool = Field(True, description="align within spectral blocks (off: the full matrix)")
+    eps: float = Field(1e-6, gt=0.0, description="phi correlation denominator guard")
+    estimate: Literal["whole", "batch"] = Field(
+        "whole", description="R_k in the loss: whole local set refreshed per step, or the mini-batch alone (spec v1)")
+    scale: Literal["entry", "sum"] = Field(
+        "entry", description="alignment Psi: mean squared gap per aligned entry, or the sum (spec v1, v3)")
+    # -- spec v3 readings (defaults: v2) --
+    timing: Literal["upload", "start"] = Field(
+        "upload", description="upload: R_k of the trained local model, teacher used next round (v2); start: the "
+        "global model scores each sampled client at the round start and the teacher is used this round (v3)")
+    gap_from: Literal["trained", "start"] = Field(
+        "trained", description="R_k behind CAA's s_k: the trained local model's, or the round-start one "
+        "(timing: start only)")
+    weighting: Literal["one", "abs"] = Field("one", description="Psi's entry weights Gamma: 1 or |R*| (v3)")
+    diagonal: bool = Field(False, description="keep the diagonal in Psi and s_k (v3: on)")
+    lam_schedule: Literal["constant", "caa"] = Field(
+        "constant", description="lam each round, or lam * (1 - alpha(t)) with CAA's alpha(t)")
+    gamma_by: Literal["value", "median"] = Field(
+        "value", description="CAA temperature: gamma as given, or gamma / median(s_k) of the round (v3)")
+    mask_unannotated: bool = Field(
+        False, description="leave labels a client never annotates out of its BCE (v3; off: trained as negatives)")
+    diagnostics: bool = Field(
+        True, description="log ECL's gradient ratio to BCE and its share opposing the labels each round (one "
+        "extra backward over the local scores)")
+
+@dataclass
+class FedHarmonyUpload:
+    """R_k of a client's scores (after training, or of the global model's at a round-start probe)."""
+
+    corr: np.ndarray  # (C, C) phi correlation of the sigmoid scores
+    moments: tuple[np.ndarray, np.ndarray] | None = None  # teacher: pooled: marginals (C,), pair moments (C, C)
+
+
+@dataclass(frozen=True)
+class FedHarmonyInstructions:
+    """What every client of a round is told."""
+
+    lam: float | None = None  # this round's alignment weight (None: the lam param)
+    teachers: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)  # client -> R*_k (C, C)
+    blocks: dict[int, Any] = dataclasses.field(default_factory=dict)  # client -> its spectral blocks of |R*_k|
+    memory: dict[str, Any] | None = None  # timing: start: the server memory the probe's answers updated
+
+
+@dataclass
+class FedHarmonyVisit:
+    """One visit's loss settings (the hooks' extras["visit"]); no alignment when teacher is None."""
+
+    keep: torch.Tensor | None = None  # (C,) bool: the labels the client annotates (mask_unannotated)
+    teacher: torch.Tensor | None = None  # (C, C) R*_k
+    lam: float = 0.0  # the alignment weight
+    mask: torch.Tensor | None = None  # (C, C) Psi's entry weights over the blocks
+    table: torch.Tensor | None = None  # (n, C) scores of every local sample (estimate: whole), kept current
 
 
 @register("fedharmony", params=FedHarmonyParams)
@@ -126,13 +209,13 @@ class FedHarmony(StagedMethod):
         return self.params.t0_fraction * self.cfg.train.rounds
 
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan:
-        ins = {"lam": self._lam(state)}
+        ins = FedHarmonyInstructions(lam=self._lam(state))
         if self.params.timing == "start":
             self._scores.clear()  # a probe's scores serve its own round only
             cohort = self.sampler.sample(rnd)
             return RoundPlan(stage=state.stage, cohort=cohort, probe=cohort, instructions=ins)
-        return RoundPlan(stage=state.stage, instructions={**ins, "teachers": state.extra["teachers"],
-                                                          "blocks": state.extra["blocks"]})
+        return RoundPlan(stage=state.stage, instructions=dataclasses.replace(
+            ins, teachers=state.extra["teachers"], blocks=state.extra["blocks"]))
 
     # -- round-start probe (timing: start) ----------------------------------------------------
     def client_probe(self, task: ClientTask) -> ClientUpdate:
@@ -142,23 +225,23 @@ class FedHarmony(StagedMethod):
         # Kept for before_local of this same round: the model it loads is the same global one.
         self._scores[(task.cid, task.rnd)] = logits
         probs = torch.sigmoid(logits).double()
-        ups = {"corr": phi_correlation(probs, eps=self.params.eps).cpu().numpy()}
+        ups = FedHarmonyUpload(corr=phi_correlation(probs, eps=self.params.eps).cpu().numpy())
         if self.params.teacher == "pooled":
-            ups["moments"] = score_moments(probs.cpu().numpy())
+            ups.moments = score_moments(probs.cpu().numpy())
         return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=ups)
 
     def after_probe(self, state: ServerState, plan: RoundPlan, answers: Sequence[ClientUpdate]) -> RoundPlan:
         extra = self._remember(state.extra, answers)
         teachers = self._teachers(extra, [a.cid for a in answers])
         blocks = {k: self._blocks(t) for k, t in teachers.items()}
-        ins = {**plan.instructions, "teachers": teachers, "blocks": blocks, "memory": extra}
+        ins = dataclasses.replace(plan.instructions, teachers=teachers, blocks=blocks, memory=extra)
         return dataclasses.replace(plan, instructions=ins)
 
     def _remember(self, extra, ups: Sequence[ClientUpdate]) -> dict[str, Any]:
-        out = {**extra, "stats": {**extra["stats"], **{u.cid: u.uploads["corr"] for u in ups}},
+        out = {**extra, "stats": {**extra["stats"], **{u.cid: u.uploads.corr for u in ups}},
                "sizes": {**extra["sizes"], **{u.cid: u.num_examples for u in ups}}}
         if self.params.teacher == "pooled":
-            out["moments"] = {**extra["moments"], **{u.cid: u.uploads["moments"] for u in ups}}
+            out["moments"] = {**extra["moments"], **{u.cid: u.uploads.moments for u in ups}}
         return out
 
     def _teachers(self, extra, clients) -> dict[int, np.ndarray]:
@@ -168,54 +251,56 @@ class FedHarmony(StagedMethod):
     # -- client -----------------------------------------------------------------------------
     def before_local(self, task: ClientTask) -> dict[str, Any]:
         p, dev = self.params, self.ctx.device
-        extras: dict[str, Any] = {}
-        if p.mask_unannotated:
-            extras["keep"] = annotated(task.data.labels)
-        teacher = task.instructions.get("teachers", {}).get(task.cid)
-        lam = float(task.instructions.get("lam", p.lam))
+        v = FedHarmonyVisit(keep=annotated(task.data.labels) if p.mask_unannotated else None)
+        extras: dict[str, Any] = {"visit": v}
+        ins = task.instructions
+        teacher = ins.teachers.get(task.cid)
+        lam = float(p.lam if ins.lam is None else ins.lam)
         if not p.consensus or lam == 0 or teacher is None:
             return extras
-        weights = self._weights(teacher, task.instructions["blocks"].get(task.cid))
-        extras.update(teacher=torch.as_tensor(teacher, dtype=torch.float32, device=dev), lam=lam,
-                      mask=torch.as_tensor(weights, dtype=torch.float32, device=dev))
+        weights = self._weights(teacher, ins.blocks.get(task.cid))
+        v.teacher, v.lam = torch.as_tensor(teacher, dtype=torch.float32, device=dev), lam
+        v.mask = torch.as_tensor(weights, dtype=torch.float32, device=dev)
         if p.estimate == "whole" or p.diagnostics:  # every local sample's scores at the round start
             logits = self._scores.pop((task.cid, task.rnd), None)
             logits = predict_client(self.model, task.data) if logits is None else logits
             if p.estimate == "whole":
-                extras["table"] = torch.sigmoid(logits).double()
+                v.table = torch.sigmoid(logits).double()
             if p.diagnostics:
-                d = ecl_diagnostics(logits, task.data.labels, extras["teacher"], extras["mask"], lam,
-                                    keep=extras.get("keep"), per_entry=p.scale == "entry", eps=p.eps)
+                d = ecl_diagnostics(logits, task.data.labels, v.teacher, v.mask, lam,
+                                    keep=v.keep, per_entry=p.scale == "entry", eps=p.eps)
                 extras["metrics"] = {"harmony/grad_ratio": d["grad_ratio"], "harmony/ecl_opposing": d["opposing"]}
         return extras
 
     def loss(self, model, batch, task, extras) -> torch.Tensor:
         logits = model(batch.x)
-        if "keep" in extras:
-            out = masked_bce(logits, batch.y, extras["keep"])
+        v = extras["visit"]
+        if v.keep is not None:
+            out = masked_bce(logits, batch.y, v.keep)
         else:
             out = self.base_loss(logits, batch.y)
-        if "teacher" in extras:
+        if v.teacher is not None:
             f = torch.sigmoid(logits)
-            if "table" in extras:
-                table = extras["table"]
+            if v.table is not None:
+                table = v.table
                 rows = scale_grad(f.double(), table.shape[0] / len(batch.pos))
                 r = refreshed_phi(table, batch.pos, rows, eps=self.params.eps)
                 table[batch.pos] = f.detach().double()  # the table follows the model step by step
             else:
                 r = phi_correlation(f, eps=self.params.eps)
-            gap = alignment_gap(r, extras["teacher"], extras["mask"], per_entry=self.params.scale == "entry")
-            out = out + extras["lam"] * gap
+            gap = alignment_gap(r, v.teacher, v.mask, per_entry=self.params.scale == "entry")
+            out = out + v.lam * gap
         return out
 
-    def after_local(self, task: ClientTask, extras: dict[str, Any]) -> tuple[dict[str, Any], None]:
+    def after_local(self, task: ClientTask, extras: dict[str, Any]) -> tuple[FedHarmonyUpload, None]:
         probs = torch.sigmoid(predict_client(self.model, task.data))
         r = phi_correlation(probs.double(), eps=self.params.eps).cpu().numpy()
-        ups: dict[str, Any] = {"corr": r}
+        ups = FedHarmonyUpload(corr=r)
         if self.params.teacher == "pooled" and self.params.timing == "upload":
-            ups["moments"] = score_moments(probs.double().cpu().numpy())
-        if "teacher" in extras:
-            gap = alignment_gap(torch.as_tensor(r), extras["teacher"].cpu().double(), extras["mask"].cpu(),
+            ups.moments = score_moments(probs.double().cpu().numpy())
+        v = extras["visit"]
+        if v.teacher is not None:
+            gap = alignment_gap(torch.as_tensor(r), v.teacher.cpu().double(), v.mask.cpu(),
                                 per_entry=self.params.scale == "entry")
             extras.setdefault("metrics", {})["harmony/client_gap"] = float(gap)
         return ups, None
@@ -226,17 +311,17 @@ class FedHarmony(StagedMethod):
     ) -> tuple[ServerState, RoundMetrics]:
         p = self.params
         if p.timing == "start":  # this round's teachers came from the probe; its uploads are the memory
-            extra = plan.instructions["memory"]
-            teachers, blocks = plan.instructions["teachers"], plan.instructions["blocks"]
+            extra = plan.instructions.memory
+            teachers, blocks = plan.instructions.teachers, plan.instructions.blocks
             start = extra["stats"]
-            rs = [start[u.cid] if p.gap_from == "start" else u.uploads["corr"] for u in updates]
+            rs = [start[u.cid] if p.gap_from == "start" else u.uploads.corr for u in updates]
             gaps = np.array([self._gap(r, teachers.get(u.cid), blocks.get(u.cid)) for r, u in zip(rs, updates,
                                                                                                    strict=True)])
         else:
             extra = self._remember(state.extra, updates)
             teachers = self._teachers(extra, range(len(self.ctx.clients)))
             blocks = {k: self._blocks(t) for k, t in teachers.items()}
-            gaps = np.array([self._gap(u.uploads["corr"], teachers.get(u.cid), blocks.get(u.cid)) for u in updates])
+            gaps = np.array([self._gap(u.uploads.corr, teachers.get(u.cid), blocks.get(u.cid)) for u in updates])
         n = np.array([u.num_examples for u in updates], dtype=np.float64)
         alpha = alpha_schedule(state.stage_round, self._t0())
         gamma = relative_gamma(gaps, p.gamma) if p.gamma_by == "median" else p.gamma
@@ -250,7 +335,7 @@ class FedHarmony(StagedMethod):
         scalars = {"harmony/alpha": alpha if p.caa else 1.0, "harmony/gap_mean": float(gaps.mean()),
                    "harmony/gamma": float(gamma), "harmony/weight_max": float(w.max()),
                    "harmony/weight_min": float(w.min()), "harmony/weight_eff": float(1.0 / np.sum(w * w) / len(w)),
-                   "harmony/lam": float(plan.instructions.get("lam", p.lam))}
+                   "harmony/lam": float(p.lam if plan.instructions.lam is None else plan.instructions.lam)}
         if norms:
             scalars["harmony/consensus_block_norm"] = float(np.mean(norms))
         return state.replace(params=params, extra=extra), RoundMetrics(scalars=scalars)

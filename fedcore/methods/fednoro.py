@@ -38,7 +38,9 @@ record is in docs/results/baselines.md). Followed by default, older choices kept
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -98,15 +100,54 @@ def kd_per_sample(
     return torch.where(kd_mask, kd, losses.la_ce(logits, y, log_prior, tau, reduction="none"))
 
 
+@dataclass
+class NoiseAwareState:
+    """A client's relabeling (FedSIR's relabel events write it; FedNoRo keeps the defaults)."""
+
+    labels: torch.Tensor | None = None  # (n,) working labels; None: the given ones
+    kd_mask: torch.Tensor | None = None  # (n,) bool: samples KD acts on; None: all of them
+
+
+@dataclass(frozen=True)
+class NoiseAwareInstructions:
+    """What every client of a round is told."""
+
+    noisy: frozenset[int] | None = None  # the clients judged noisy; None outside the noise-aware stages
+    w_kd: float = 0.0  # this round's KD weight for noisy clients
+
+
+@dataclass(frozen=True)
+class FedNoRoInstructions(NoiseAwareInstructions):
+    verdict: dict[int, bool] | None = None  # the verdicts this round's probe made (identify)
+
+
+@dataclass
+class NoiseAwareVisit:
+    """One visit's loss settings (the hooks' extras["visit"])."""
+
+    log_prior: torch.Tensor  # (C,) log class prior of the labels the client trains on
+    w_kd: float  # this visit's KD weight (0: a clean client, or KD off)
+    kd_mask: torch.Tensor | None  # (n,) bool: the samples KD acts on; None: all of them
+
+
+@dataclass
+class ClassLosses:
+    """A FedNoRo probe's answer: the global model's mean CE per class on the client's labels (C,)."""
+
+    class_loss: np.ndarray
+
+
 class NoiseAwareMethod(StagedMethod):
     """Clean clients: LA; noisy clients: LA-KD; server: DaAgg. The noisy set lives in
-    `state.extra["noisy"]` and travels to clients as `instructions["noisy"]`.
+    `state.extra["noisy"]` and travels to clients as `instructions.noisy`.
 
     `noise_aware_stages` run this optimization one after another as one schedule: the KD
     ramp (and FedSIR's relabel events) count `phase_round`, the rounds since the first began.
     """
 
     noise_aware_stages: tuple[str, ...] = ("train",)
+    instructions_type: type[NoiseAwareInstructions] = NoiseAwareInstructions
+    client_state_type = NoiseAwareState
 
     def init(self, ctx):
         if ctx.task == "multi":
@@ -128,10 +169,10 @@ class NoiseAwareMethod(StagedMethod):
                 done += stage.rounds
         return done + state.stage_round
 
-    def train_instructions(self, state: ServerState) -> dict[str, Any]:
+    def train_instructions(self, state: ServerState) -> NoiseAwareInstructions:
         p = self.params
         w_kd = losses.kd_ramp_weight(self.phase_round(state), p.kd_begin, p.kd_end, p.kd_a)
-        return {"noisy": self.noisy_set(state), "w_kd": w_kd}
+        return self.instructions_type(noisy=self.noisy_set(state), w_kd=w_kd)
 
     def prior_targets(self, task: ClientTask) -> torch.Tensor:
         """The labels the LA class prior counts: those the client trains on."""
@@ -139,37 +180,40 @@ class NoiseAwareMethod(StagedMethod):
 
     def before_local(self, task: ClientTask) -> dict[str, Any]:
         labels = self.prior_targets(task)
-        noisy = task.cid in task.instructions.get("noisy", ())
-        w_kd = float(task.instructions.get("w_kd", 0.0)) if noisy and self.params.kd else 0.0
+        ins = task.instructions
+        noisy = task.cid in (ins.noisy or ())
+        w_kd = float(ins.w_kd) if noisy and self.params.kd else 0.0
         if w_kd > 0:
             load_params_(self.teacher, task.params)
         prior = losses.class_log_prior(labels, self.ctx.num_classes, self.params.absent_prior)
-        return {"log_prior": prior, "w_kd": w_kd,
-                "kd_mask": task.state.get("kd_mask") if noisy else None}
+        return {"visit": NoiseAwareVisit(prior, w_kd, self.client_state(task).kd_mask if noisy else None)}
 
     def loss(self, model, batch, task, extras) -> torch.Tensor:
         tau = self.params.tau_la if self.params.la else 0.0
         logits = model(batch.x)
         teacher, mask = None, None
-        if extras["w_kd"] > 0:
+        v = extras["visit"]
+        if v.w_kd > 0:
             with torch.no_grad():
                 teacher = self.teacher(batch.x)
-            mask = extras["kd_mask"][batch.pos] if extras["kd_mask"] is not None else None
-        return noise_aware_loss(logits, batch.y, extras["log_prior"], tau, teacher, extras["w_kd"],
+            mask = v.kd_mask[batch.pos] if v.kd_mask is not None else None
+        return noise_aware_loss(logits, batch.y, v.log_prior, tau, teacher, v.w_kd,
                                 self.params.kd_T, mask, self.params.kd_soften_student)
 
     # batched twin of `loss`: the teacher is the model the client started from (step.start)
     def batched_static(self, task, extras) -> dict[str, Any]:
-        return {"kd": extras["w_kd"] > 0}
+        return {"kd": extras["visit"].w_kd > 0}
 
     def batched_consts(self, task, extras) -> dict[str, Any]:
-        consts = {"log_prior": extras["log_prior"]}
-        if extras["w_kd"] > 0:
-            consts["w_kd"] = torch.tensor(extras["w_kd"], device=extras["log_prior"].device)
+        v = extras["visit"]
+        consts = {"log_prior": v.log_prior}
+        if v.w_kd > 0:
+            consts["w_kd"] = torch.tensor(v.w_kd, device=v.log_prior.device)
         return consts
 
     def batched_samples(self, task, extras) -> dict[str, torch.Tensor]:
-        return {"kd_mask": extras["kd_mask"]} if extras["w_kd"] > 0 and extras["kd_mask"] is not None else {}
+        v = extras["visit"]
+        return {"kd_mask": v.kd_mask} if v.w_kd > 0 and v.kd_mask is not None else {}
 
     def batched_loss(self, step) -> torch.Tensor:
         tau = self.params.tau_la if self.params.la else 0.0
@@ -184,8 +228,8 @@ class NoiseAwareMethod(StagedMethod):
                              self.params.kd_soften_student)
 
     def server_update(self, state, plan, updates):
-        if "noisy" in plan.instructions:  # verdicts made during this round (e.g. by a probe)
-            state = state.replace(extra={**state.extra, "noisy": sorted(plan.instructions["noisy"])})
+        if plan.instructions.noisy is not None:  # verdicts made during this round (e.g. by a probe)
+            state = state.replace(extra={**state.extra, "noisy": sorted(plan.instructions.noisy)})
         return super().server_update(state, plan, updates)
 
     def aggregate(self, state, updates, weights=None):
@@ -240,6 +284,7 @@ def detect_noisy_clients(
 
 @register("fednoro", params=FedNoRoParams)
 class FedNoRo(NoiseAwareMethod):
+    instructions_type = FedNoRoInstructions
     noise_aware_stages = ("identify", "train")
 
     @property
@@ -251,7 +296,7 @@ class FedNoRo(NoiseAwareMethod):
 
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None:
         if state.stage == "warmup":
-            return RoundPlan(stage=state.stage)
+            return RoundPlan(stage=state.stage, instructions=FedNoRoInstructions())
         plan = RoundPlan(stage=state.stage, instructions=self.train_instructions(state))
         if "noisy" not in state.extra:
             return RoundPlan(stage=state.stage, instructions=plan.instructions, probe=range(len(self.ctx.clients)))
@@ -263,21 +308,22 @@ class FedNoRo(NoiseAwareMethod):
         labels = self.targets(task)
         loss = torch.nn.functional.cross_entropy(predict_client(self.model, task.data), labels, reduction="none")
         cl = class_mean_losses(loss.cpu().numpy(), labels.cpu().numpy(), self.ctx.num_classes)
-        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads={"class_loss": cl})
+        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=ClassLosses(cl))
 
     def after_probe(self, state: ServerState, plan: RoundPlan, answers: Sequence[ClientUpdate]) -> RoundPlan:
         cids = [a.cid for a in answers]
         p = self.params
-        flags = detect_noisy_clients(np.stack([a.uploads["class_loss"] for a in answers]), self.ctx.seed,
+        flags = detect_noisy_clients(np.stack([a.uploads.class_loss for a in answers]), self.ctx.seed,
                                      p.gmm_n_init, p.detect_scaling, p.detect_votes)
         verdict = {c: bool(f) for c, f in zip(cids, flags, strict=True)}
         noisy = frozenset(c for c, f in verdict.items() if f)
-        return RoundPlan(stage=plan.stage, instructions={**plan.instructions, "noisy": noisy, "verdict": verdict})
+        return RoundPlan(stage=plan.stage, instructions=dataclasses.replace(plan.instructions, noisy=noisy,
+                                                                            verdict=verdict))
 
     def summarize(self, state, plan, updates, params):
         extra, metrics = super().summarize(state, plan, updates, params)
-        if "verdict" in plan.instructions:
-            verdict = plan.instructions["verdict"]
+        if plan.instructions.verdict is not None:
+            verdict = plan.instructions.verdict
             metrics = RoundMetrics(scalars={"detect/clients_noisy": float(sum(verdict.values()))})
             metrics.estimates.client_noisy = dict(verdict)
         return extra, metrics

@@ -57,10 +57,12 @@ equals the `paper` score whenever responsibilities sum to 1 (see `stats.vmf.clea
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
@@ -68,9 +70,9 @@ from fedcore.config import tune_range
 from fedcore.engine.types import Estimates, RoundMetrics, RoundPlan, Stage
 from fedcore.errors import ConfigError
 from fedcore.methods.base import StagedMethod
-from fedcore.methods.fedrg_detect import detect
 from fedcore.methods.registry import MethodParams, register
 from fedcore.models.base import seeded_init
+from fedcore.stats import transition, vmf
 from fedcore.train import losses
 from fedcore.train.local import make_optimizer
 
@@ -120,6 +122,44 @@ class FedRGParams(MethodParams):
     t_lr_scale: float = Field(1.0, gt=0.0, description="T's learning rate relative to the network's")
 
 
+@dataclass
+class FedRGState:
+    """One client's detector state across its train visits (names as in the spec)."""
+
+    mix: vmf.VMFMixture | None = None  # the vMF mixture over its embeddings
+    median: float | None = None  # EMA of the median view concentration
+    B: np.ndarray | None = None  # (C, G) label -> component templates (the spec's name)
+    counts: np.ndarray | None = None  # (C, G) soft counts behind the posterior score
+    clean: np.ndarray | None = None  # (n,) bool: last round's geometry split
+    t_init: int | None = None  # the round T was estimated in (t_init: estimate), once
+
+
+@dataclass
+class Detection:
+    """One train visit's detection pass (`FedRG.detect`): what the local loss and the upload read."""
+
+    noisy: torch.Tensor  # (n,) bool on the device: the geometry split, the training mask
+    small_loss: np.ndarray | None = None  # (n,) bool: the small-loss split beside it
+    metrics: dict[str, float] = field(default_factory=dict)
+    state: FedRGState = field(default_factory=FedRGState)  # the client's detector state after the pass
+
+
+@dataclass(frozen=True)
+class FedRGInstructions:
+    """What every client of a round is told."""
+
+    train_round: int = 0  # train rounds the received head has had (0 in pretraining)
+
+
+@dataclass
+class FedRGUpload:
+    """A train visit's flags and T's diagonal, for the server's estimates."""
+
+    noisy: np.ndarray  # (n,) bool: the geometry detector's flags (the training mask)
+    small_loss: np.ndarray  # (n,) bool: the small-loss detector's, beside it
+    t_diag: float  # mean diagonal of the client's T after training
+
+
 class Absorption(nn.Module):
     """Noise absorption matrix T (C, C): p_noisy = softmax(logits) @ T."""
 
@@ -157,6 +197,8 @@ class FedRGNet(nn.Module):
 
 @register("fedrg", params=FedRGParams)
 class FedRG(StagedMethod):
+    client_state_type = FedRGState
+
     def __init__(self, cfg, params: FedRGParams) -> None:
         super().__init__(cfg, params)
         # `global` is the ablation that shows why T must stay on the client.
@@ -180,7 +222,7 @@ class FedRG(StagedMethod):
 
     def plan_round(self, state, rnd):
         # Clients learn how many train rounds the received head has had (for t_init=estimate).
-        ins = {"train_round": state.stage_round} if state.stage == "train" else {}
+        ins = FedRGInstructions(train_round=state.stage_round if state.stage == "train" else 0)
         return RoundPlan(stage=state.stage, instructions=ins)
 
     # -- local training -----------------------------------------------------------------
@@ -199,14 +241,88 @@ class FedRG(StagedMethod):
     def before_local(self, task) -> dict[str, Any]:
         if task.stage == "pretrain":
             return {}
-        return detect(self, task)
+        det = self.detect(task)
+        return {"detection": det, "metrics": det.metrics}
+
+    # -- detection (each train round, on the whole local set, with the received model) ---------
+    @torch.no_grad()
+    def embed(self, task) -> tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]:
+        """Unit embeddings of every local sample and of two SimCLR views, plus logits.
+
+        Returns z, z1, z2 (n, d) float64 arrays and logits (n, C) on the device.
+        """
+        model, data, aug = self.model.eval(), task.data, self.augmenter()
+        zs, logits = [], []
+        for pos in data.eval_batches():
+            x01 = data.x01(pos)
+            v1, v2 = aug.simclr_views(x01, task.gen)
+            h = model.features(self.ctx.store.normalize(torch.cat([x01, v1, v2])))
+            b = len(pos)
+            logits.append(model.head(h[:b]))
+            zs.append(F.normalize(h, dim=1).double().cpu().numpy().reshape(3, b, -1))
+        z = np.concatenate(zs, axis=1)
+        return z[0], z[1], z[2], torch.cat(logits)
+
+
+    def detect(self, task) -> Detection:
+        """One client's detection pass: vMF geometry detector (-> training mask) and small-loss detector."""
+        p, y_t = self.params, task.data.labels
+        y, c = y_t.cpu().numpy(), self.ctx.num_classes
+        z, z1, z2, logits = self.embed(task)
+        st, g = self.client_state(task), p.components or c
+        mix = st.mix if st.mix is not None else vmf.init_mixture(z, g, task.rng, p.kappa0, p.pi0)
+        mix = vmf.fit(z, mix, p.em_iters, p.mix_momentum, p.normalizer, prior=p.prior, kappa_clamp=(0.5, p.kappa_max))
+        kappa_aug = vmf.aug_concentration(z1, z2)
+        median = vmf.ema_median(st.median, kappa_aug, p.median_momentum)
+        resp = vmf.responsibilities(z, mix, vmf.temper_factor(kappa_aug, median), p.normalizer, p.resp_temperature)
+        weight = st.clean if st.clean is not None else np.ones(len(y), bool)
+        weight = vmf.label_fallback(y, weight) if p.b_fallback else weight
+        counts_new = vmf.class_counts(resp[:, 1:], y, weight, c, p.eta)
+        b_old = st.B if st.B is not None else np.full((c, g), 1.0 / g)
+        b = vmf.ema_rows(b_old, counts_new / counts_new.sum(1, keepdims=True), p.b_momentum)
+        # The posterior's counts start at the first observation, not at a uniform B: a uniform start
+        # would make P(label | component) the label frequencies for the first rounds.
+        counts = counts_new if st.counts is None else (1 - p.b_momentum) * st.counts + p.b_momentum * counts_new
+        if p.score == "posterior":
+            score = vmf.posterior_score(resp, counts, y)
+        else:
+            score = vmf.clean_score(resp, b, y, p.score)
+        seeds = task.rng.integers(2**31, size=2)
+        noisy = vmf.split_noisy(1.0 - score, int(seeds[0]))
+        ce = F.cross_entropy(logits, y_t, reduction="none").cpu().numpy()
+        small_loss = vmf.split_noisy(ce, int(seeds[1]))
+        metrics = {"detect/flagged": float(noisy.mean()), "detect/small_loss/flagged": float(small_loss.mean()),
+                   "vmf/pi0": mix.pi0, "vmf/kappa_mean": float(mix.kappa.mean()),
+                   "vmf/bg_resp": float(resp[:, 0].mean())}
+        state = FedRGState(mix=mix, median=median, B=b, counts=counts, clean=~noisy, t_init=st.t_init)
+        mask = torch.as_tensor(noisy, device=y_t.device)
+        if st.t_init is None and self.wants_t_estimate(task):
+            self.set_t_estimate(logits[mask], y_t[mask])
+            state.t_init = task.rnd
+        return Detection(noisy=mask, small_loss=small_loss, metrics=metrics, state=state)
+
+
+    def wants_t_estimate(self, task) -> bool:
+        """t_init=estimate sets T once per client, on its first visit whose received head has been
+        trained (a train round after the stage's first): before that the predictions are a random head's."""
+        p = self.params
+        return p.t_init == "estimate" and p.absorption != "off" and task.instructions.train_round >= 1
+
+
+    @torch.no_grad()
+    def set_t_estimate(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        """T <- the soft confusion of the flagged samples' predictions (n, C) against their labels (n,)."""
+        probs = F.softmax(logits.double(), dim=1).cpu().numpy()
+        t = transition.estimate_transition(probs, labels.cpu().numpy(), self.ctx.num_classes, self.params.t_prior)
+        T = self.model.absorption.T
+        T.copy_(torch.as_tensor(t, dtype=T.dtype))
 
     def loss(self, model, batch, task, extras) -> torch.Tensor:
         if task.stage == "pretrain":
             return self.simclr_loss(model, batch.x, task.gen)
         p = self.params
         logits = model(batch.x)
-        noisy = extras["noisy"][batch.pos]
+        noisy = extras["detection"].noisy[batch.pos]
         main = self.main_loss(logits, batch.y, ~noisy if p.sce_on == "clean" else None)
         if not bool(noisy.any()) or p.lambda_n == 0:
             return p.lambda_s * main
@@ -252,17 +368,17 @@ class FedRG(StagedMethod):
         if task.stage == "pretrain":
             return {}, None
         diag = float(torch.diagonal(self.model.absorption.T.detach()).mean())
-        uploads = {"noisy": extras["noisy"].cpu().numpy(), "small_loss": extras["small_loss"], "t_diag": diag}
-        return uploads, extras["state"]
+        det = extras["detection"]
+        return FedRGUpload(noisy=det.noisy.cpu().numpy(), small_loss=det.small_loss, t_diag=diag), det.state
 
     # -- server ----------------------------------------------------------------------------
     def summarize(self, state, plan, updates, params):
-        ups = [u for u in updates if "noisy" in u.uploads]
+        ups = {u.cid: u.uploads for u in updates if isinstance(u.uploads, FedRGUpload)}
         if not ups:
             return dict(state.extra), RoundMetrics()
         est = Estimates(sample_noisy={
-            "main": {u.cid: u.uploads["noisy"] for u in ups},
-            "small_loss": {u.cid: u.uploads["small_loss"] for u in ups},
+            "main": {c: u.noisy for c, u in ups.items()},
+            "small_loss": {c: u.small_loss for c, u in ups.items()},
         })
-        scalars = {"absorption/diag_mean": float(np.mean([u.uploads["t_diag"] for u in ups]))}
+        scalars = {"absorption/diag_mean": float(np.mean([u.t_diag for u in ups.values()]))}
         return dict(state.extra), RoundMetrics(scalars=scalars, estimates=est)

@@ -43,7 +43,9 @@ Departures and choices:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -51,8 +53,9 @@ import torch
 from pydantic import Field
 
 from fedcore.config import tune_range
+from fedcore.engine.store import plain_state
 from fedcore.engine.types import ClientTask, ClientUpdate, Estimates, RoundMetrics, RoundPlan, ServerState, Stage
-from fedcore.methods.fednoro import NoiseAwareMethod, NoiseAwareParams
+from fedcore.methods.fednoro import NoiseAwareInstructions, NoiseAwareMethod, NoiseAwareParams, NoiseAwareState
 from fedcore.methods.registry import register
 from fedcore.stats import spectral
 from fedcore.train import losses
@@ -97,6 +100,22 @@ class FedSIRParams(NoiseAwareParams):
     kd_end: int = Field(49, ge=0, description="train-stage round where the ramp reaches kd_a")
 
 
+@dataclass(frozen=True)
+class FedSIRInstructions(NoiseAwareInstructions):
+    phi_clean: dict[str, torch.Tensor] | None = None  # relabel event: the clean clients' model
+    references: dict[int, Any] | None = None  # relabel event, after the probe: the consensus per class
+
+
+@dataclass
+class FedSIRUpload:
+    """What a FedSIR client sends; each field only in the round that asks for it."""
+
+    mu: float | None = None  # identify: the client's descriptors (spectral.client_descriptors)
+    e: float | None = None
+    spectra: Any = None  # relabel probe of a clean client: per-class spectra of phi_clean's features
+    labels: np.ndarray | None = None  # relabel round: the working labels (for the relabel metrics only)
+
+
 def relabel_event(rnd: int, every: int, first: int = 0) -> bool:
     """Whether train-phase round rnd relabels: rounds first, first + every, ... (0-based)."""
     return rnd >= first and (rnd - first) % every == 0
@@ -104,6 +123,7 @@ def relabel_event(rnd: int, every: int, first: int = 0) -> bool:
 
 @register("fedsir", params=FedSIRParams)
 class FedSIR(NoiseAwareMethod):
+    instructions_type = FedSIRInstructions
     noise_aware_stages = ("relabel", "train")
 
     @property
@@ -120,22 +140,22 @@ class FedSIR(NoiseAwareMethod):
     def plan_round(self, state: ServerState, rnd: int) -> RoundPlan | None:
         if state.stage == "identify":
             # Identification happens once; a larger budget for the stage ends early.
-            return RoundPlan(stage=state.stage) if state.stage_round == 0 else None
+            return RoundPlan(stage=state.stage, instructions=FedSIRInstructions()) if state.stage_round == 0 else None
         ins = self.train_instructions(state)
-        clean = [c for c in range(len(self.ctx.clients)) if c not in ins["noisy"]]
+        clean = [c for c in range(len(self.ctx.clients)) if c not in ins.noisy]
         p = self.params
-        if p.relabel and ins["noisy"] and clean and relabel_event(self.phase_round(state), p.relabel_every,
-                                                                 p.relabel_from):
-            ins["phi_clean"] = state.extra["phi_clean"]
+        if p.relabel and ins.noisy and clean and relabel_event(self.phase_round(state), p.relabel_every,
+                                                               p.relabel_from):
+            ins = dataclasses.replace(ins, phi_clean=state.extra["phi_clean"])
             return RoundPlan(stage=state.stage, probe=clean, instructions=ins)
         return RoundPlan(stage=state.stage, instructions=ins)
 
     def after_probe(self, state: ServerState, plan: RoundPlan, answers: Sequence[ClientUpdate]) -> RoundPlan:
         p = self.params
         min_n = p.min_class_n if p.consensus_min_n is None else p.consensus_min_n
-        refs = spectral.consensus([a.uploads["spectra"] for a in answers], self.ctx.num_classes,
+        refs = spectral.consensus([a.uploads.spectra for a in answers], self.ctx.num_classes,
                                   p.residual_dim, min_n, p.eigengap_min, p.consensus_weight, p.client_residual_dim)
-        return RoundPlan(stage=plan.stage, instructions={**plan.instructions, "references": refs})
+        return RoundPlan(stage=plan.stage, instructions=dataclasses.replace(plan.instructions, references=refs))
 
     # -- clients -----------------------------------------------------------------------------
     def features(self, params, task: ClientTask, augmented: bool = False) -> np.ndarray:
@@ -152,47 +172,47 @@ class FedSIR(NoiseAwareMethod):
 
     def client_probe(self, task: ClientTask) -> ClientUpdate:
         """Per-class spectra of phi_clean's features on a clean client's own labels."""
-        z = self.features(task.instructions["phi_clean"], task)
+        z = self.features(task.instructions.phi_clean, task)
         spectra = spectral.class_spectra(z, task.data.labels.cpu().numpy(), self.ctx.num_classes, 1,
                                          self.params.energy_ratio)
-        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads={"spectra": spectra})
+        return ClientUpdate(cid=task.cid, num_examples=task.data.n, uploads=FedSIRUpload(spectra=spectra))
 
-    def relabel(self, task: ClientTask) -> dict[str, Any]:
-        """New working labels and KD mask (device tensors) from the consensus references."""
-        refs, c = task.instructions["references"], self.ctx.num_classes
-        z = self.features(task.instructions["phi_clean"], task)
+    def relabel(self, task: ClientTask) -> tuple[NoiseAwareState, float]:
+        """New working labels and KD mask (device tensors) from the consensus references, and the
+        share of samples where the two criteria agree."""
+        refs, c = task.instructions.references, self.ctx.num_classes
+        z = self.features(task.instructions.phi_clean, task)
         proposal, agree = spectral.gate(spectral.principal_scores(z, refs, c), spectral.residual_scores(z, refs, c),
                                         self.params.gate)
         original = task.data.labels
         prop = torch.as_tensor(proposal, device=original.device)
         labels = torch.where(prop >= 0, prop, original)
-        return {"labels": labels, "kd_mask": torch.as_tensor(~agree, device=original.device),
-                "agree_rate": float(agree.mean()) if len(agree) else 0.0}
+        return (NoiseAwareState(labels=labels, kd_mask=torch.as_tensor(~agree, device=original.device)),
+                float(agree.mean()) if len(agree) else 0.0)
 
     def prepare_local(self, task: ClientTask) -> dict[str, Any]:
         """A relabel event: noisy clients relabel from phi_clean's features before training."""
-        if task.stage == "identify" or task.cid not in task.instructions["noisy"] \
-                or "references" not in task.instructions:
+        ins = task.instructions
+        if task.stage == "identify" or task.cid not in ins.noisy or ins.references is None:
             return {}
-        new = self.relabel(task)
-        agree = new.pop("agree_rate")
-        task.state.update(new)
+        new, agree = self.relabel(task)
+        task.state = plain_state(new)  # the visit trains on the new labels (targets and KD read it)
         return {"metrics": {"relabel/agree_rate": agree}}
 
     def prior_targets(self, task: ClientTask) -> torch.Tensor:
         return task.data.labels if self.params.prior_labels == "original" else self.targets(task)
 
     def after_local(self, task, extras):
-        uploads: dict[str, Any] = {}
+        uploads = FedSIRUpload()
         if task.stage == "identify":  # E1 local epochs from the shared model, then the client's (mu, e)
             p = self.params
             z = self.features(None, task, augmented=p.identify_features == "augmented")
             mu, e = spectral.client_descriptors(z, task.data.labels.cpu().numpy(), self.ctx.num_classes,
                                                 p.min_class_n)
-            uploads.update({"mu": mu, "e": e})
-        elif "references" in task.instructions:  # diagnostic only: lets the scorer grade the relabeling
-            uploads["labels"] = self.targets(task).cpu().numpy()
-        return uploads, dict(task.state)
+            uploads.mu, uploads.e = mu, e
+        elif task.instructions.references is not None:  # diagnostic only: lets the scorer grade the relabeling
+            uploads.labels = self.targets(task).cpu().numpy()
+        return uploads, self.client_state(task)
 
     def optim_spec(self, task: ClientTask) -> OptimSpec:
         if task.stage != "identify":
@@ -223,15 +243,15 @@ class FedSIR(NoiseAwareMethod):
         if clean:
             phi = weighted_average([u.params for u in clean], [u.num_examples for u in clean])
             state = state.replace(extra={**state.extra, "phi_clean": phi})
-        if "references" in plan.instructions:
-            metrics.estimates.labels = {u.cid: u.uploads["labels"] for u in updates if "labels" in u.uploads}
-            refs = plan.instructions["references"]
+        if plan.instructions.references is not None:
+            metrics.estimates.labels = {u.cid: u.uploads.labels for u in updates if u.uploads.labels is not None}
+            refs = plan.instructions.references
             metrics.scalars["relabel/fallback_classes"] = float(sum(r.fallback for r in refs.values()))
         return state, metrics
 
     def identify_server(self, state: ServerState, updates: Sequence[ClientUpdate]) -> tuple[ServerState, RoundMetrics]:
         """GMM on the descriptors; global model and phi_clean = FedAvg of the clean clients."""
-        desc = np.array([[u.uploads["mu"], u.uploads["e"]] for u in updates])
+        desc = np.array([[u.uploads.mu, u.uploads.e] for u in updates])
         q = spectral.identify_clients(desc, seed=self.ctx.seed, n_init=self.params.gmm_n_init)
         clean = q >= 0.5
         if not clean.any():

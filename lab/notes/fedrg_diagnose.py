@@ -61,12 +61,12 @@ def best_f1(noisy: np.ndarray, score: np.ndarray) -> float:
 
 def main(cfg_path: str, data: str, out: str, overrides: list[str]) -> None:
     cfg = load_config(cfg_path, overrides)
-    detect = fedrg_mod.detect
-    fedrg_mod.detect = _recording_detect(detect)
+    detect = fedrg_mod.FedRG.detect
+    fedrg_mod.FedRG.detect = _recording_detect(detect)
     try:
         run_experiment(cfg, out, data=data)
     finally:  # leave FedRG as it was for whoever imports this module (the tests do)
-        fedrg_mod.detect = detect
+        fedrg_mod.FedRG.detect = detect
     gt = FederatedDataset.load(data).truth
     truth, y_true = gt.is_noisy_sample, np.asarray(gt.y_true)
     by_round: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))

@@ -37,10 +37,10 @@ def fedrg_diag(tmp_path_factory):
     cfg = fedrg_cfg()
     data = build_federated_dataset(cfg).save(tmp / "data")
     (tmp / "cfg.yaml").write_text(cfg.to_yaml())
-    detect = fedrg_mod.detect
+    detect = fedrg_mod.FedRG.detect
     out = _run_quiet(load_script("notes/fedrg_diagnose").main, str(tmp / "cfg.yaml"), str(data), str(tmp / "run"), [])
-    # The script wraps fedrg.detect while it runs; later tests need the real one back.
-    assert fedrg_mod.detect is detect
+    # The script wraps FedRG.detect while it runs; later tests need the real one back.
+    assert fedrg_mod.FedRG.detect is detect
     tables = out.split("\n\n")
     return FederatedDataset.load(data), tmp / "run", _rows(tables[0].splitlines()), _rows(tables[1].splitlines())
 

@@ -21,6 +21,7 @@ from fedcore.engine.loop import RoundLoop
 from fedcore.engine.sampler import ClientSampler
 from fedcore.engine.store import ClientStateStore
 from fedcore.engine.types import ServerState
+from fedcore.methods.fedcorr import FedCorrInstructions
 from fedcore.methods.registry import build_method
 from fedcore.registries import load_config
 from fedcore.run import make_context, run_experiment
@@ -131,7 +132,7 @@ def test_fedsir_relabel_round_from_identical_state(artifact):
 
     def instructions(method, state):
         ins = method.train_instructions(state)
-        assert ins["w_kd"] > 0
+        assert ins.w_kd > 0
         return ins
 
     cfg = load_config("configs/quickstart.yaml", [*FAST, "method.name=fedsir"])
@@ -152,8 +153,7 @@ def test_fedcorr_rounds_from_identical_state(artifact, prox):
                 for c, cl in enumerate(ctx.clients)}
 
     def instructions(method, state):
-        return {"noisy": frozenset(range(len(method.ctx.clients))), "snapshot": None,
-                **({"prox": True} if prox else {})}
+        return FedCorrInstructions(noisy=frozenset(range(len(method.ctx.clients))), prox=prox)
 
     def check(method, task):  # the round really takes the stacked path, mixup and (when asked) the prox term
         assert method.local_program(task).static == {"mixup": True, "prox": prox}

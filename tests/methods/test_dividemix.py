@@ -9,7 +9,7 @@ import torch
 from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
 from fedcore.engine.types import OptimSpec
-from fedcore.methods import dividemix_local
+from fedcore.methods import dividemix
 from fedcore.methods.dividemix import MeanTwin, warmup_loss
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment
@@ -119,7 +119,7 @@ def test_the_evaluated_model_is_the_mean_of_both_networks():
     torch.testing.assert_close(MeanTwin(a, b)(x), (a(x) + b(x)) / 2)
 
 
-# -- the local round in DivideMix's procedure (dividemix_local) ---------------------------------------
+# -- the local round in DivideMix's procedure (dividemix.local_round) ---------------------------------------
 
 
 def local_setup(fed, epochs: int = 3, **params):
@@ -136,7 +136,7 @@ def local_setup(fed, epochs: int = 3, **params):
 
 def run_local(method, data, p, spec, views):
     nets = {"a": method.model.a, "b": method.model.b}
-    return dividemix_local.local_round(nets, data, data.labels, p, spec, views, 1.0, np.random.default_rng(0),
+    return dividemix.local_round(nets, data, data.labels, p, spec, views, 1.0, np.random.default_rng(0),
                                        torch.Generator().manual_seed(0), seed=0)
 
 
@@ -148,7 +148,7 @@ def test_the_division_is_refitted_each_local_epoch_on_both_networks(fed, monkeyp
         calls.append(len(loss))
         return np.full(len(loss), 0.9)
 
-    monkeypatch.setattr(dividemix_local, "clean_probability", mock_gmm)
+    monkeypatch.setattr(dividemix, "clean_probability", mock_gmm)
     method, data, p, spec, views = local_setup(fed, epochs=3, split_every=split_every)
     run_local(method, data, p, spec, views)
     assert len(calls) == fits and set(calls) == {data.n}  # per net: one fit per epoch (or per round)
@@ -156,21 +156,21 @@ def test_the_division_is_refitted_each_local_epoch_on_both_networks(fed, monkeyp
 
 def test_separate_batches_draw_b_labelled_and_b_unlabelled_for_ceil_labelled_over_b_steps():
     labelled, unlabelled = torch.arange(0, 70), torch.arange(70, 90)  # 70 labelled, 20 unlabelled
-    pairs = list(dividemix_local.separate_batches(labelled, unlabelled, 32, torch.Generator().manual_seed(0)))
+    pairs = list(dividemix.separate_batches(labelled, unlabelled, 32, torch.Generator().manual_seed(0)))
     assert len(pairs) == 3  # ceil(70 / 32)
     assert [len(pl) for pl, _ in pairs] == [32, 32, 6] and [len(pu) for _, pu in pairs] == [20, 20, 20]
     assert sorted(torch.cat([pl for pl, _ in pairs]).tolist()) == list(range(70))  # each labelled once
     assert all(set(pu.tolist()) <= set(range(70, 90)) for _, pu in pairs)
-    many = list(dividemix_local.separate_batches(torch.arange(10), torch.arange(10, 110), 4, torch.Generator()))
+    many = list(dividemix.separate_batches(torch.arange(10), torch.arange(10, 110), 4, torch.Generator()))
     assert [len(pu) for _, pu in many] == [4, 4, 4]  # a large unlabelled set gives full batches
-    assert list(dividemix_local.separate_batches(torch.arange(0), torch.arange(5), 4, torch.Generator())) == []
+    assert list(dividemix.separate_batches(torch.arange(0), torch.arange(5), 4, torch.Generator())) == []
 
 
 def test_the_step_count_of_a_constructed_division(fed, monkeypatch):
     method, data, p, spec, views = local_setup(fed, epochs=2)
     n_lab = data.n // 3
     w = np.r_[np.full(n_lab, 0.9), np.full(data.n - n_lab, 0.1)]  # the first third clean for both nets
-    monkeypatch.setattr(dividemix_local, "clean_probability", lambda loss, seed, max_iter: w)
+    monkeypatch.setattr(dividemix, "clean_probability", lambda loss, seed, max_iter: w)
     _, metrics = run_local(method, data, p, spec, views)
     per_net = math.ceil(n_lab / spec.batch_size)
     lone = int(n_lab % spec.batch_size == 1 and data.n - n_lab == 0)  # a 1-sample step is skipped
@@ -184,7 +184,7 @@ def test_the_step_count_of_a_constructed_division(fed, monkeypatch):
 @pytest.mark.parametrize("lifetime, fresh", [("epoch", True), ("round", False)])
 def test_a_fresh_optimizer_each_epoch_starts_with_empty_momentum(lifetime, fresh):
     net = torch.nn.Linear(3, 2)
-    pool = dividemix_local.OptimizerPool({"a": net}, OptimSpec(lr=0.1, momentum=0.9, weight_decay=0.0), lifetime)
+    pool = dividemix.OptimizerPool({"a": net}, OptimSpec(lr=0.1, momentum=0.9, weight_decay=0.0), lifetime)
     for epoch in range(3):
         opt = pool.get("a", epoch)
         assert pool.get("a", epoch) is opt  # one optimizer through the epoch
@@ -199,9 +199,9 @@ def test_the_train_stage_has_no_weight_decay_by_default_and_the_former_round_sta
     method, data, p, spec, views = local_setup(fed, epochs=1)
     assert p.train_weight_decay == 0.0 and not method.joint()
     seen = []
-    real = dividemix_local.make_optimizer
+    real = dividemix.make_optimizer
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(dividemix_local, "make_optimizer", lambda params, s: seen.append(s.weight_decay) or real(params, s))
+        mp.setattr(dividemix, "make_optimizer", lambda params, s: seen.append(s.weight_decay) or real(params, s))
         run_local(method, data, p, spec, views)
     assert seen == [0.0, 0.0] and spec.weight_decay > 0
     former = {"split_every": "round", "batching": "split", "optimizer_lifetime": "round"}

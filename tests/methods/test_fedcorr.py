@@ -8,8 +8,7 @@ import torch
 
 from fedcore.config import ExperimentConfig
 from fedcore.data.build import build_federated_dataset
-from fedcore.methods.fedcorr import adaptive_proximal, confident_relabel, loss_level, loss_relabel
-from fedcore.methods.fedcorr_stages import judges, stage_split
+from fedcore.methods.fedcorr import adaptive_proximal, confident_relabel, judges, loss_level, loss_relabel, stage_split
 from fedcore.methods.registry import build_method
 from fedcore.run import run_experiment
 from fedcore.stats.lid import lid_mle

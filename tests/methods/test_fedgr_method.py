@@ -13,6 +13,7 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.data.federated import GroundTruth
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan, ServerState
+from fedcore.methods.fedgr import FedGRInstructions, FedGRUpload, SieveVerdict
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment
 from fedcore.train.local import Batch
@@ -47,8 +48,8 @@ def task_for(method, state, cid=0, rnd=5, sieve=None, cstate=None):
     """A post-warm-up task with fresh generators, so repeated calls draw the same views."""
     rng, gen = client_rngs(0, rnd, cid)
     n = method.ctx.clients[cid].n
-    sieve = sieve or {cid: {"q": np.linspace(0.0, 1.0, n), "rate": 0.2}}
-    return ClientTask(cid=cid, params=state.params, data=method.ctx.clients[cid], instructions={"sieve": sieve},
+    sieve = sieve or {cid: SieveVerdict(np.linspace(0.0, 1.0, n), 0.2)}
+    return ClientTask(cid=cid, params=state.params, data=method.ctx.clients[cid], instructions=FedGRInstructions(sieve),
                       state=dict(cstate or {}), rng=rng, gen=gen, rnd=rnd, stage="train")
 
 
@@ -105,19 +106,20 @@ def test_sieving_switch_fits_per_client_mixtures_and_changes_the_loss(fed):
     rng = np.random.default_rng(0)
     n0, n1 = (make_method(fed)[0].ctx.clients[c].n for c in (0, 1))
     # Client 0 uploads small surrogates only, client 1 a clean half and a noisy half.
-    ups = [ClientUpdate(cid=0, num_examples=n0, uploads={"lbar": rng.normal(0.2, 0.05, n0)}),
-           ClientUpdate(cid=1, num_examples=n1, uploads={"lbar": np.r_[rng.normal(0.2, 0.05, n1 - n1 // 2),
-                                                                       rng.normal(3.0, 0.1, n1 // 2)]})]
+    ups = [ClientUpdate(cid=0, num_examples=n0, uploads=FedGRUpload(lbar=rng.normal(0.2, 0.05, n0))),
+           ClientUpdate(cid=1, num_examples=n1, uploads=FedGRUpload(lbar=np.r_[rng.normal(0.2, 0.05, n1 - n1 // 2),
+                                                                           rng.normal(3.0, 0.1, n1 // 2)]))]
     losses = {}
     for sieving in (True, False):
         method, state = make_method(fed, sieving=sieving)
-        extra, _ = method.summarize(state, RoundPlan("train", cohort=[0, 1]), ups, state.params)
+        plan = RoundPlan("train", cohort=[0, 1], instructions=FedGRInstructions())
+        extra, _ = method.summarize(state, plan, ups, state.params)
         sieve = extra["sieve"]
         losses[sieving] = objective(method, state, sieve={0: sieve[0]})[0]
         if sieving:
-            assert sieve[0]["rate"] == 0.0 and sieve[1]["rate"] == pytest.approx((n1 // 2) / n1)
+            assert sieve[0].rate == 0.0 and sieve[1].rate == pytest.approx((n1 // 2) / n1)
         else:  # alone, client 0's GMM splits its own clean losses and flags some of them
-            assert sieve[0]["rate"] > 0.0
+            assert sieve[0].rate > 0.0
     assert losses[True] != pytest.approx(losses[False])
 
 
@@ -125,10 +127,11 @@ def test_warmup_is_ce_on_given_labels_plus_r_and_no_sieve_is_used(fed):
     method, state = make_method(fed, warmup=3, views="strong")
     assert method.alpha == 3 and all(method.plan_round(state, r).probe is None for r in range(5))
     rng, gen = client_rngs(0, 0, 0)
-    task = ClientTask(0, state.params, method.ctx.clients[0], {}, {}, rng, gen, 0, "train")
+    task = ClientTask(0, state.params, method.ctx.clients[0], FedGRInstructions(), {}, rng, gen, 0, "train")
     extras = method.before_local(task)
-    assert extras["warmup"] and "targets" not in extras and "teacher" not in extras
-    assert extras["uploads"]["lbar"].shape == (task.data.n,)  # the surrogate is observed from round 0
+    visit = extras["visit"]
+    assert visit.warmup and visit.targets is None and visit.teacher is None
+    assert visit.uploads.lbar.shape == (task.data.n,)  # the surrogate is observed from round 0
     pos = torch.arange(8)
     batch = Batch(pos=pos, x=method.make_x(task)(pos), y=task.data.labels[pos])
     terms = method.loss_terms(method.model, batch, extras)
@@ -149,7 +152,7 @@ def test_lagged_sieve_reaches_the_clients_at_their_next_visit(fed, tmp_path):
     assert all("refine/tier_high_share" in h for h in res.history[2:])
     method, state = make_method(fed)
     plan = method.plan_round(res.state, 4)
-    assert plan.probe is None and set(plan.instructions["sieve"]) == set(range(6))
+    assert plan.probe is None and set(plan.instructions.sieve) == set(range(6))
 
 
 def test_probe_mode_scores_and_trains_on_the_same_round_view(fed):
@@ -157,8 +160,8 @@ def test_probe_mode_scores_and_trains_on_the_same_round_view(fed):
     assert method.plan_round(state, 1).probe is None and list(method.plan_round(state, 2).probe) == list(range(6))
     probe = method.client_probe(task_for(method, state, sieve={0: None}))
     extras = method.before_local(task_for(method, state))
-    np.testing.assert_allclose(probe.uploads["lbar"], extras["state"]["window"][:, 0])
-    assert "lbar" not in extras["uploads"]  # probed, not uploaded again
+    np.testing.assert_allclose(probe.uploads.lbar, extras["visit"].state.window[:, 0])
+    assert extras["visit"].uploads.lbar is None  # probed, not uploaded again
 
 
 def test_short_run_reports_the_promised_metrics(fed, tmp_path):
@@ -252,9 +255,10 @@ def test_probe_and_sieve_align_losses_posteriors_and_rates_with_the_samples(fed)
     oracle = state.replace(params={k: v.detach().clone() for k, v in model.state_dict().items()})
     cids = list(range(len(clients)))
     answers = [method.client_probe(task_for(method, oracle, cid=c, sieve={c: None})) for c in cids]
-    sieve = method.after_probe(oracle, RoundPlan("train", cohort=cids, probe=cids), answers).instructions["sieve"]
-    lbar = np.concatenate([a.uploads["lbar"] for a in answers])
-    q = np.concatenate([np.asarray(sieve[c]["q"]) for c in cids])
+    plan = RoundPlan("train", cohort=cids, instructions=FedGRInstructions(), probe=cids)
+    sieve = method.after_probe(oracle, plan, answers).instructions.sieve
+    lbar = np.concatenate([a.uploads.lbar for a in answers])
+    q = np.concatenate([np.asarray(sieve[c].q) for c in cids])
     noisy = np.concatenate([fed.truth.is_noisy_sample[np.asarray(fed.client_indices[c])] for c in cids])
     auc = (lbar[noisy][:, None] > lbar[~noisy][None, :]).mean()
     assert auc > 0.85
@@ -262,8 +266,8 @@ def test_probe_and_sieve_align_losses_posteriors_and_rates_with_the_samples(fed)
     assert flagged.any() and not flagged.all()
     assert lbar[flagged].min() > lbar[~flagged].max()
     for c in cids:
-        assert len(sieve[c]["q"]) == clients[c].n
-        assert sieve[c]["rate"] == pytest.approx(float(np.mean(np.asarray(sieve[c]["q"]) < 0.5)))
+        assert len(sieve[c].q) == clients[c].n
+        assert sieve[c].rate == pytest.approx(float(np.mean(np.asarray(sieve[c].q) < 0.5)))
 
 
 @pytest.mark.slow
@@ -287,14 +291,15 @@ def test_distill_on_weighted_weighs_b_as_the_refined_ce(fed):
     for on in ("all", "weighted"):
         method, state = make_method(fed, refine=False, distill_on=on)
         n = method.ctx.clients[0].n
-        task = task_for(method, state, sieve={0: {"q": (np.arange(n) % 2).astype(float), "rate": 0.5}})
+        task = task_for(method, state, sieve={0: SieveVerdict((np.arange(n) % 2).astype(float), 0.5)})
         extras = method.before_local(task)
         pos = torch.arange(16)
         batch = Batch(pos=pos, x=method.make_x(task)(pos), y=task.data.labels[pos])
         with torch.no_grad():
             for p in method.model.parameters():  # the student away from its teacher (w^t here)
                 p.add_(0.05)
-            per = losses.kd_kl(method.model(batch.x), extras["teacher"][pos], T=method.params.tau, reduction="none")
+            teacher = extras["visit"].teacher[pos]
+            per = losses.kd_kl(method.model(batch.x), teacher, T=method.params.tau, reduction="none")
             rows[on] = (float(method.loss_terms(method.model, batch, extras)["b"]), per)
     per = rows["all"][1]
     assert torch.equal(per, rows["weighted"][1]) and float(per[0::2].sum()) > 0  # same views, same teacher
@@ -306,7 +311,7 @@ def test_soft_q_batch_weighs_every_sample_by_the_batch_mean_and_runs(fed, tmp_pa
     # With one q for every sample, the authors' broadcast (soft_q=batch) changes nothing; with
     # q spread over the samples (task_for's default linspace) it changes the self-training term.
     method, state = make_method(fed)
-    flat = {0: {"q": np.full(method.ctx.clients[0].n, 0.3), "rate": 0.2}}
+    flat = {0: SieveVerdict(np.full(method.ctx.clients[0].n, 0.3), 0.2)}
     _, per = objective(method, state, sieve=flat)
     _, bat = objective(*make_method(fed, soft_q="batch"), sieve=flat)
     assert bat["sr"] == pytest.approx(per["sr"], rel=1e-6)

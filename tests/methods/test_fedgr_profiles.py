@@ -23,8 +23,7 @@ import pytest
 import torch
 
 from fedcore.errors import ConfigError
-from fedcore.methods.fedgr_diag import lambda_b_at
-from fedcore.methods.fedgr_params import ROBUST, FedGRParams
+from fedcore.methods.fedgr import ROBUST, FedGRParams, lambda_b_at
 from fedcore.methods.registry import build_method
 from fedcore.run import run_experiment
 from fedcore.train.refine import confident_agreement
@@ -103,14 +102,14 @@ def test_confident_agreement_mask_by_hand():
 
 def test_agree_mask_removes_b_where_the_teacher_is_not_confident(fed):  # noqa: F811
     method, state = make_method(fed, distill_on="agree", distill_conf=0.9)
-    extras = method.before_local(task_for(method, state))
-    teacher_conf = torch.softmax(extras["teacher"], 1).max(1).values
-    expected = (teacher_conf >= 0.9) & (extras["teacher"].argmax(1) == extras["targets"].argmax(1))
-    assert torch.equal(extras["b_weight"] > 0, expected & (extras["weights"] > 0))
+    v = method.before_local(task_for(method, state))["visit"]
+    teacher_conf = torch.softmax(v.teacher, 1).max(1).values
+    expected = (teacher_conf >= 0.9) & (v.teacher.argmax(1) == v.targets.argmax(1))
+    assert torch.equal(v.b_weight > 0, expected & (v.weights > 0))
     method, state = make_method(fed, distill_on="agree", distill_conf=0.0)  # every confident-enough sample
-    extras = method.before_local(task_for(method, state))
-    agree = extras["teacher"].argmax(1) == extras["targets"].argmax(1)
-    assert torch.equal(extras["b_weight"], extras["weights"] * agree.float())
+    v = method.before_local(task_for(method, state))["visit"]
+    agree = v.teacher.argmax(1) == v.targets.argmax(1)
+    assert torch.equal(v.b_weight, v.weights * agree.float())
 
 
 def test_lambda_b_ramps_linearly_after_the_warmup():

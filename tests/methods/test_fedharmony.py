@@ -16,12 +16,14 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.engine.sampler import client_rngs
 from fedcore.engine.types import ClientTask, ClientUpdate, RoundPlan
 from fedcore.errors import ConfigError
+from fedcore.methods.fedharmony import FedHarmonyInstructions, FedHarmonyUpload, FedHarmonyVisit
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context
 from fedcore.stats.correlation import phi_correlation
 from fedcore.train.local import Batch
 from fedcore.train.params import weighted_average
 
+TRAIN_PLAN = RoundPlan("train", instructions=FedHarmonyInstructions())  # a v2 round: no probe, lam from params
 MOSAIC = {"name": "digits_mosaic", "params": {"n_train": 240, "n_test": 60, "groups": 3}}
 
 
@@ -53,7 +55,7 @@ def fake_updates(state, sizes=(100, 100, 200), levels=(0.1, 0.2, 0.6)):
         r = np.full((10, 10), lv)
         np.fill_diagonal(r, 1.0)
         params = {name: (v + k if v.is_floating_point() else v) for name, v in state.params.items()}
-        ups.append(ClientUpdate(cid=k, num_examples=n, params=params, uploads={"corr": r}))
+        ups.append(ClientUpdate(cid=k, num_examples=n, params=params, uploads=FedHarmonyUpload(corr=r)))
     return ups
 
 
@@ -66,7 +68,7 @@ def test_needs_a_multilabel_dataset():
 
 def test_leave_one_out_teachers_exclude_the_client(fed):
     method, state = make_method(fed)
-    state, _ = method.server_update(state, RoundPlan("train"), fake_updates(state))
+    state, _ = method.server_update(state, TRAIN_PLAN, fake_updates(state))
     teachers = state.extra["teachers"]
     # Sample-count weighted means of the *other* clients' off-diagonal level.
     assert teachers[0][0, 1] == pytest.approx((100 * 0.2 + 200 * 0.6) / 300)
@@ -74,30 +76,30 @@ def test_leave_one_out_teachers_exclude_the_client(fed):
     assert teachers[2][0, 1] == pytest.approx(0.15)
     for k in range(3):  # blocks partition the labels
         assert sorted(np.concatenate(state.extra["blocks"][k]).tolist()) == list(range(10))
-    assert method.plan_round(state, 1).instructions["teachers"][2][3, 4] == pytest.approx(0.15)
+    assert method.plan_round(state, 1).instructions.teachers[2][3, 4] == pytest.approx(0.15)
 
 
 def test_caa_weights_equal_sample_counts_at_t0_and_favour_small_gaps_later(fed):
     method, state = make_method(fed)
     ups = fake_updates(state)
-    new, metrics = method.server_update(state, RoundPlan("train"), ups)
+    new, metrics = method.server_update(state, TRAIN_PLAN, ups)
     fedavg = weighted_average([u.params for u in ups], [u.num_examples for u in ups])
     assert all(torch.allclose(new.params[k], fedavg[k]) for k in fedavg if fedavg[k].is_floating_point())
     assert metrics.scalars["harmony/alpha"] == 1.0
     # From T0 = rounds / 2 = 2 on, only quality counts: client 2 (level 0.6, far from its teachers) weighs least.
-    late, metrics = method.server_update(state.replace(stage_round=2), RoundPlan("train"), ups)
+    late, metrics = method.server_update(state.replace(stage_round=2), TRAIN_PLAN, ups)
     assert metrics.scalars["harmony/alpha"] == 0.0
     key = next(k for k in fedavg if fedavg[k].is_floating_point())
     shift = float((late.params[key] - state.params[key]).flatten()[0])  # = sum_k w_k * k
     assert shift < 1 * 0.5 + 2 * 0.5 - 0.05  # client 2's weight is below 1/2
     off, _ = make_method(fed, caa=False)
-    plain, _ = off.server_update(state.replace(stage_round=2), RoundPlan("train"), ups)
+    plain, _ = off.server_update(state.replace(stage_round=2), TRAIN_PLAN, ups)
     assert all(torch.allclose(plain.params[k], fedavg[k]) for k in fedavg if fedavg[k].is_floating_point())
 
 
 def _task(method, state, teacher=None):
     rng, gen = client_rngs(0, 1, 0)
-    instr = {"teachers": {} if teacher is None else {0: teacher}, "blocks": {0: None}}
+    instr = FedHarmonyInstructions(teachers={} if teacher is None else {0: teacher}, blocks={0: None})
     return ClientTask(cid=0, params=state.params, data=method.ctx.clients[0], instructions=instr, state={},
                       rng=rng, gen=gen, rnd=1, stage="train")
 
@@ -118,8 +120,8 @@ def test_alignment_loss_is_zero_when_local_correlation_equals_the_teacher(fed):
     bce = method.base_loss(logits, batch.y)
     task = _task(method, state, teacher=own)
     extras = method.before_local(task)
-    assert extras["mask"].sum() == 90  # blocks off: every off-diagonal entry
-    assert "table" not in extras
+    assert extras["visit"].mask.sum() == 90  # blocks off: every off-diagonal entry
+    assert extras["visit"].table is None
     assert method.loss(method.model, batch, task, extras).item() == pytest.approx(bce.item(), abs=1e-5)
     far = _task(method, state, teacher=np.full((10, 10), 0.9))
     far_extras = method.before_local(far)
@@ -129,17 +131,17 @@ def test_alignment_loss_is_zero_when_local_correlation_equals_the_teacher(fed):
 def test_consensus_switch_removes_the_alignment_term(fed):
     method, state = make_method(fed, consensus=False)
     task = _task(method, state, teacher=np.full((10, 10), 0.9))
-    assert method.before_local(task) == {}
+    assert method.before_local(task) == {"visit": FedHarmonyVisit()}
     batch = _batch(task)
     with torch.no_grad():
         expected = method.base_loss(method.model(batch.x), batch.y).item()
-        assert method.loss(method.model, batch, task, {}).item() == pytest.approx(expected)
+        assert method.loss(method.model, batch, task, {"visit": FedHarmonyVisit()}).item() == pytest.approx(expected)
 
 
 def test_client_uploads_its_correlation(fed):
     method, state = make_method(fed)
     up = method.client_update(_task(method, state, teacher=np.full((10, 10), 0.1)))
-    r = up.uploads["corr"]
+    r = up.uploads.corr
     assert r.shape == (10, 10) and np.allclose(r, r.T)
     assert "harmony/client_gap" in up.metrics
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedcore.engine.types import RoundPlan
+from fedcore.methods.fedharmony import FedHarmonyVisit
 from fedcore.stats.correlation import phi_correlation
 from fedcore.train.local import predict_client
-from tests.methods.test_fedharmony import _batch, _task, fake_updates, fed, make_method  # noqa: F401
+from tests.methods.test_fedharmony import TRAIN_PLAN, _batch, _task, fake_updates, fed, make_method  # noqa: F401
 
 
 def _grads(method, batch, task, extras):
@@ -24,7 +24,7 @@ def test_alignment_gradient_flows_through_the_batch_correlation(fed):  # noqa: F
     method, state = make_method(fed, blocks=False)
     plain_task = _task(method, state)
     batch = _batch(plain_task)
-    plain = _grads(method, batch, plain_task, {})
+    plain = _grads(method, batch, plain_task, {"visit": FedHarmonyVisit()})
     task = _task(method, state, teacher=np.full((10, 10), 0.5))
     aligned = _grads(method, batch, task, method.before_local(task))
     assert torch.isfinite(aligned).all()
@@ -36,7 +36,7 @@ def test_uploaded_correlation_is_phi_of_sigmoid_scores_on_all_local_data(fed):  
     up = method.client_update(_task(method, state))
     probs = torch.sigmoid(predict_client(method.model, method.ctx.clients[0]))
     assert len(probs) == method.ctx.clients[0].n
-    np.testing.assert_allclose(up.uploads["corr"], phi_correlation(probs.double(), eps=1e-6).numpy(), atol=1e-6)
+    np.testing.assert_allclose(up.uploads.corr, phi_correlation(probs.double(), eps=1e-6).numpy(), atol=1e-6)
 
 
 def test_caa_mixes_by_alpha_halfway_to_t0(fed):  # noqa: F811
@@ -45,7 +45,7 @@ def test_caa_mixes_by_alpha_halfway_to_t0(fed):  # noqa: F811
     key = next(k for k, v in state.params.items() if v.is_floating_point())
 
     def shift(stage_round: int) -> tuple[float, float]:  # sum_k w_k * k, and alpha
-        new, m = method.server_update(state.replace(stage_round=stage_round), RoundPlan("train"), ups)
+        new, m = method.server_update(state.replace(stage_round=stage_round), TRAIN_PLAN, ups)
         return float((new.params[key] - state.params[key]).flatten()[0]), m.scalars["harmony/alpha"]
 
     (s_n, a_n), (s_half, a_half), (s_q, a_q) = shift(0), shift(1), shift(2)

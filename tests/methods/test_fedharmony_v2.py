@@ -24,7 +24,7 @@ def test_whole_set_loss_is_bce_plus_the_mean_gap_of_every_local_sample(fed):  # 
     task = _task(method, state, teacher=TEACHER)
     extras = method.before_local(task)
     probs = torch.sigmoid(predict_client(method.model, task.data)).double()
-    torch.testing.assert_close(extras["table"], probs)  # scored at the round start
+    torch.testing.assert_close(extras["visit"].table, probs)  # scored at the round start
     batch = _batch(task)
     with torch.no_grad():
         bce = method.base_loss(method.model(batch.x), batch.y).item()
@@ -38,17 +38,17 @@ def test_each_step_writes_its_batch_rows_back_into_the_table(fed):  # noqa: F811
     method, state = make_method(fed)
     task = _task(method, state, teacher=TEACHER)
     extras = method.before_local(task)
-    start = extras["table"].clone()
+    start = extras["visit"].table.clone()
     with torch.no_grad():  # move the model so the batch's scores differ from the round start
         for p in method.model.parameters():
             p.add_(0.05)
     batch = _batch(task)
     method.loss(method.model, batch, task, extras)
     now = torch.sigmoid(method.model(batch.x)).double().detach()
-    torch.testing.assert_close(extras["table"][batch.pos], now)
+    torch.testing.assert_close(extras["visit"].table[batch.pos], now)
     rest = torch.ones(len(start), dtype=torch.bool)
     rest[batch.pos] = False
-    torch.testing.assert_close(extras["table"][rest], start[rest])  # rows not visited keep their scores
+    torch.testing.assert_close(extras["visit"].table[rest], start[rest])  # rows not visited keep their scores
 
 
 def test_the_whole_set_gradient_is_scaled_to_n_over_b(fed):  # noqa: F811

@@ -12,8 +12,9 @@ from fedcore.data.build import build_federated_dataset
 from fedcore.engine.checkpoint import load_checkpoint
 from fedcore.engine.loop import PERSONAL
 from fedcore.engine.sampler import client_rngs
-from fedcore.engine.store import ClientData
+from fedcore.engine.store import ClientData, plain_state
 from fedcore.engine.types import ClientTask
+from fedcore.methods.fedrg import Detection, FedRGInstructions
 from fedcore.methods.registry import build_method
 from fedcore.run import make_context, run_experiment
 from fedcore.train import losses
@@ -46,8 +47,9 @@ def make_method(fed, train=None, **params):
 
 def task_for(method, state, data=None, stage="train", cid=0, rnd=3, cstate=None):
     rng, gen = client_rngs(0, rnd, cid)
-    return ClientTask(cid=cid, params=state.params, data=data or method.ctx.clients[cid], instructions={},
-                      state=cstate or {}, rng=rng, gen=gen, rnd=rnd, stage=stage)
+    return ClientTask(cid=cid, params=state.params, data=data or method.ctx.clients[cid],
+                      instructions=FedRGInstructions(), state=plain_state(cstate) if cstate else {}, rng=rng,
+                      gen=gen, rnd=rnd, stage=stage)
 
 
 class LabelGuard(ClientData):
@@ -109,7 +111,7 @@ def test_loss_composition_by_switch(fed):
             method.model.absorption.T.copy_(torch.full((10, 10), 0.1))  # anything but the identity
             noisy = torch.zeros(task.data.n, dtype=torch.bool)
             noisy[:8] = True
-            got = method.loss(method.model, batch, task, {"noisy": noisy})
+            got = method.loss(method.model, batch, task, {"detection": Detection(noisy)})
             logits = method.model(batch.x)
             keep = slice(8, None) if params.get("sce_on") == "clean" else slice(None)  # the unflagged half
             main = (losses.ce if params.get("loss") == "ce" else losses.sce)(logits[keep], y[keep])
@@ -190,11 +192,9 @@ def test_rounds_report_both_detectors_and_mean_diag(run_on, fed):
 
 @pytest.mark.parametrize("kappa_max", [3.0, 100.0])
 def test_kappa_clamp_reaches_the_mixture(fed, kappa_max):
-    from fedcore.methods.fedrg import detect
-
     method, state = make_method(fed, kappa_max=kappa_max)
-    out = detect(method, task_for(method, state))
-    kappa = out["state"]["mix"]["kappa"]
+    out = method.detect(task_for(method, state))
+    kappa = out.state.mix.kappa
     assert kappa.shape == (10,) and float(kappa.max()) <= kappa_max and float(kappa.min()) >= 0.5
     if kappa_max == 3.0:  # 32-d MLP features concentrate well past 3, so the clamp binds
         assert np.allclose(kappa, 3.0)
@@ -207,47 +207,47 @@ def test_sce_on_clean_feeds_only_the_unflagged_samples_to_sce(fed):
     batch = Batch(pos=pos, x=task.data.x(pos), y=task.data.labels[pos])
     noisy = torch.zeros(task.data.n, dtype=torch.bool)
     noisy[:16] = True  # every sample of the batch flagged: nothing left for SCE
-    loss = method.loss(method.model, batch, task, {"noisy": noisy})
+    loss = method.loss(method.model, batch, task, {"detection": Detection(noisy)})
     assert float(loss.detach()) == 0.0
     grads = torch.autograd.grad(loss, list(method.model.net.parameters()), allow_unused=True)
     assert all(g is None or float(g.abs().max()) == 0.0 for g in grads)
     every, _ = make_method(fed, lambda_n=0.0)  # sce_on=all: the same batch trains on all of it
-    assert float(every.loss(method.model, batch, task, {"noisy": noisy}).detach()) > 0.0
+    assert float(every.loss(method.model, batch, task, {"detection": Detection(noisy)}).detach()) > 0.0
 
 
 def test_t_init_estimate_sets_T_once_from_the_flagged_predictions(fed):
-    from fedcore.methods.fedrg_detect import detect, embed
     from fedcore.stats.transition import estimate_transition
 
     method, state = make_method(fed, t_init="estimate", t_prior=2.0)
-    first = detect(method, task_for(method, state))  # train round 0: a random head, T untouched
-    assert torch.equal(method.model.absorption.T, torch.eye(10)) and "t_init" not in first["state"]
-    task = task_for(method, state, cstate=first["state"])
-    task.instructions = {"train_round": 1}
-    _, _, _, logits = embed(method, task_for(method, state, cstate=first["state"]))
-    out = detect(method, task)
-    mask = out["noisy"]
+    first = method.detect(task_for(method, state))  # train round 0: a random head, T untouched
+    assert torch.equal(method.model.absorption.T, torch.eye(10)) and first.state.t_init is None
+    task = task_for(method, state, cstate=first.state)
+    task.instructions = FedRGInstructions(train_round=1)
+    _, _, _, logits = method.embed(task_for(method, state, cstate=first.state))
+    out = method.detect(task)
+    mask = out.noisy
     want = estimate_transition(torch.softmax(logits[mask].double(), 1).numpy(), task.data.labels[mask].numpy(),
                                10, prior=2.0)
     np.testing.assert_allclose(method.model.absorption.T.detach().numpy(), want, atol=1e-6)
-    assert out["state"]["t_init"] == task.rnd and float(torch.diagonal(method.model.absorption.T.detach()).mean()) < 1.0
+    assert out.state.t_init == task.rnd and float(torch.diagonal(method.model.absorption.T.detach()).mean()) < 1.0
     with torch.no_grad():
         method.model.absorption.T.copy_(torch.eye(10))
-    later = task_for(method, state, cstate=out["state"])
-    later.instructions = {"train_round": 2}
-    detect(method, later)  # set once: a trained T is never overwritten
+    later = task_for(method, state, cstate=out.state)
+    later.instructions = FedRGInstructions(train_round=2)
+    method.detect(later)  # set once: a trained T is never overwritten
     assert torch.equal(method.model.absorption.T, torch.eye(10))
     off, off_state = make_method(fed, t_init="estimate", absorption="off")
     task = task_for(off, off_state)
-    task.instructions = {"train_round": 1}
-    detect(off, task)
+    task.instructions = FedRGInstructions(train_round=1)
+    off.detect(task)
     assert torch.equal(off.model.absorption.T, torch.eye(10))
 
 
 def test_train_rounds_tell_clients_the_train_round(fed):
     method, state = make_method(fed)
-    assert method.plan_round(state.replace(stage="pretrain"), 0).instructions == {}
-    assert method.plan_round(state.replace(stage="train", stage_round=3), 5).instructions == {"train_round": 3}
+    assert method.plan_round(state.replace(stage="pretrain"), 0).instructions == FedRGInstructions()
+    assert method.plan_round(state.replace(stage="train", stage_round=3), 5).instructions == \
+        FedRGInstructions(train_round=3)
 
 
 def test_posterior_score_runs_and_keeps_counts(run_on):
@@ -256,7 +256,7 @@ def test_posterior_score_runs_and_keeps_counts(run_on):
     assert all(np.isfinite(r["detect/sample_f1"]) for r in train)
     for cstate in ckpt["clients"]:
         assert cstate["counts"].shape == (10, 10) and float(cstate["counts"].min()) >= 0.5  # eta smoothing
-        assert "t_init" in cstate  # every client was visited in the second train round
+        assert cstate["t_init"] is not None  # every client was visited in the second train round
 
 
 @pytest.mark.parametrize("log_zero", [None, math.log(1e-4)])
