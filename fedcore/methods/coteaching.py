@@ -11,11 +11,11 @@ rounds. The global model reported and evaluated is network `a`.
 Departures: the ramp is per federated round rather than per epoch. The default forget
 rate is a constant 0.2, the fixed default that federated Co-teaching baseline code sets
 (e.g. `--forget_rate 0.2` beside `--num_gradual 10`) and the value that ran best in the
-independent check of docs/results/baselines.md. Co-teaching's own code forgets the known
+independent check of lab/results/baselines.md. Co-teaching's own code forgets the known
 noise rate, which a federation does not know and which differs per client.
 `forget_rate: noise_rate` keeps the older behaviour (the configured overall noise rate,
 0.2 when unknown), which sank Co-teaching on heterogeneous noise (the parity record in
-docs/results/baselines.md).
+lab/results/baselines.md).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ and then b on a's, each with a fresh SGD every local epoch and no weight decay
 code keeps one SGD per network, wd 5e-4, over its whole run; a client's cannot outlive a
 round). The former choices stay reachable: `split_every: round`, `batching: split`,
 `optimizer_lifetime: round`, and all three together run the former joint step (one optimizer
-over both networks with train.weight_decay); docs/results/baselines.md, "Parity with the
+over both networks with train.weight_decay); lab/results/baselines.md, "Parity with the
 reference code", has the measurements.
 
 Departures that remain:

@@ -31,7 +31,7 @@ Choices and departures (facts read from the public code, github Xu-Jingyi/FedCor
   so FedCorr gets every other method's budget; `budget: extra` puts `iterations` passes on top
   (the former behaviour). With preprocess_clients=1 a pre-processing round's global model is one
   client's local model: on a federation where clients hold 1-3 classes it sits near chance
-  until fine-tuning averages clients again (docs/results/baselines.md has the per-round trace).
+  until fine-tuning averages clients again (lab/results/baselines.md has the per-round trace).
 - If no client passes `clean_set_thres`, the lowest-level client fine-tunes alone.
 - The server keeps each client's latest working labels, loss-GMM flags and level only to
   report relabel and detection metrics; no decision reads them.

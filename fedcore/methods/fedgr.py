@@ -44,16 +44,16 @@ w^t (the code's is its last warm-up EMA); the per-step EMA is applied once per s
 code applies it twice: gamma_l = 0.99**2 reproduces that); a client without a sieve yet
 trains on its given labels (q = 1); the keep/soften tier weighs each sample by its own q, where the
 code's (B, 1) x (B,) broadcast weighs every sample by the batch's mean q (`soft_q: batch` reproduces
-it; docs/results/fedgr.md, "Parity with the author's code"). Every client receives the whole sieve mapping in its
+it; lab/results/fedgr.md, "Parity with the author's code"). Every client receives the whole sieve mapping in its
 instructions (a simulation shortcut). `sieve_by=class` (ours, a diagnostic outside the paper)
 fits one GMM per given class, with the given labels uploaded beside the surrogates;
 `distill_on=weighted` (ours, a diagnostic) weighs each sample's B as its refined CE. `profile:
 robust` is fedcore's extension (departures and their measurements below); both profiles
-log the teacher diagnosis and the premise guard (`round_scalars`). docs/results/fedgr.md has the numbers.
+log the teacher diagnosis and the premise guard (`round_scalars`). lab/results/fedgr.md has the numbers.
 
 The robust profile is fedcore's extension, not the paper's or the authors' code. Its
 departures, each its own param, and the measurement behind each (Fashion-MNIST MLP presets,
-docs/results/notes/fedgr.md):
+lab/results/notes/fedgr.md):
 - `sieve_by: class`: the pooled GMM flags whole given classes (label NMI 0.13-0.19 against
   noise NMI 0.06-0.09 on mixed); one GMM per given class brings label NMI to 0.03-0.04 and
   sample F1 from 0.37 to 0.65. It needs the given labels at the server.
@@ -68,7 +68,7 @@ docs/results/notes/fedgr.md):
   form tried (teacher = w^t, B weighed as the refined CE, plain views). Here it acts only where
   the teacher is confident (>= `distill_conf`) and agrees with the refined target, so a teacher
   that drifts to a few classes cannot pull the student after it.
-Measured on 3 seeds (docs/results/fedgr.md): mixed 67.3 against the authors' profile's 33.0,
+Measured on 3 seeds (lab/results/fedgr.md): mixed 67.3 against the authors' profile's 33.0,
 clean 74.8 against 41.1, sym 26.2 against 27.5. FedAvg: 68.8, 83.4 and 28.0.
 
 The local step (`make_x`, `loss`, `after_step`) has a batched twin beside each hook

@@ -15,7 +15,7 @@ so that a pipeline runs identification as its own task.)
 `NoiseAwareMethod` holds that second part (LA / LA-KD / DaAgg) once; FedSIR inherits it.
 
 Departures and choices (checked against FedNoRo's code, `wnn2000/FedNoRo`; the parity
-record is in docs/results/baselines.md). Followed by default, older choices kept as params:
+record is in lab/results/baselines.md). Followed by default, older choices kept as params:
 - Detection: per-class losses min-max scaled per class, a class a client lacks taking the
   lowest loss of that class, and the majority vote (most frequent noisy set) over
   `detect_votes` GMM fits with seeds seed..seed+votes-1 (the code: seeds 0..8 whatever the

@@ -28,7 +28,7 @@ Departures from the paper / public code:
 - round budgets, client sampling and the SCE class count come from the config (the public
   code hard-codes 1 + 1 rounds, 2 of 10 clients and 10 classes).
 Params beyond the spec, off by default (spec behaviour), reported as ablations in
-docs/results/notes/fedrg.md: `t_lr_scale` (T's rate relative to the network's; at the network's
+lab/results/notes/fedrg.md: `t_lr_scale` (T's rate relative to the network's; at the network's
 rate T collapses within a round to near-identical rows, mean diag ~0.2-0.3) and `b_fallback`
 (a label none of whose samples was judged clean feeds B from all its samples, instead of
 decaying to a uniform row).
@@ -45,7 +45,7 @@ The spec's v2 variants (defaults: the paper's reading):
   + t_prior [j == k]) / row sum (`stats.transition`); SGD trains it on from there. At the
   identity, an accurate detector makes L_n plain CE on the noise. No effect with `absorption: off`.
 The upper kappa clamp is a param too (`kappa_max`, spec 100): on 128-d digits features every
-component sits at it, and raising it made detection worse (docs/results/notes/fedrg.md).
+component sits at it, and raising it made detection worse (lab/results/notes/fedrg.md).
 Choices: z for the mixture is the un-augmented input's normalized encoder output; the two
 views for tempering are SimCLR views; B is refreshed *before* scoring from the samples the
 previous round judged clean (all samples on a client's first train round), so the first

@@ -31,7 +31,7 @@ Departures and choices:
   classes can have fewer than L residual directions).
 - `identify_features: augmented` extracts identification features on weakly augmented
   data (the public code); the default follows the paper (plain data).
-- Read beside the public code (sinagh72/FedSIR; parity record in docs/results/fedsir.md,
+- Read beside the public code (sinagh72/FedSIR; parity record in lab/results/fedsir.md,
   "Parity with the authors' code"), the defaults follow the paper where the two differ; the
   code's choices are params: `relabel_from: 20` (its first relabel event is at train round
   R, and until then noisy clients distil on every sample), `prior_labels: original` (LA

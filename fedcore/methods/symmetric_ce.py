@@ -9,7 +9,7 @@ aggregation is FedAvg (the baseline the FedRG and FedNoisy tables use).
 Departures: run federated. A = -4 is the paper's value; the authors' code and much
 other code clamp the one-hot at 1e-4 instead, i.e. A = log(1e-4) ~ -9.21, which scales
 RCE by 2.3x. The choice matters: on fmnist fedrg_sym_localized (seed 0) the two differ by
-31 points (docs/results/baselines.md, "Parity with the reference code").
+31 points (lab/results/baselines.md, "Parity with the reference code").
 """
 
 from __future__ import annotations
