@@ -19,7 +19,7 @@ from fedcore.io import write_bytes
 from fedcore.pipeline.runs import tracker_for
 from fedcore.reporting.compare import flat_config
 from fedcore.reporting.plots import confusion_figure, curves_figure, rate_trajectories, save
-from fedcore.reporting.report import RATE_PREFIX, rate_series, read_history  # noqa: F401  (re-exported)
+from fedcore.reporting.report import rate_series, read_history
 from fedcore.tracking.base import run_name_for
 from fedcore.tracking.pipeline_runs import TASK_TAG
 
@@ -36,15 +36,6 @@ class Evaluation:
 
 def _write_json(path: Path, obj: Any) -> None:
     write_bytes(path, json.dumps(obj, indent=2, default=str).encode())
-
-
-def rate_estimates(history: list[dict[str, Any]]) -> dict[int, float]:
-    """The last per-client noise-rate estimates a run logged ({} for methods that estimate none)."""
-    for row in reversed(history):
-        est = {int(k[len(RATE_PREFIX):]): v for k, v in row.items() if k.startswith(RATE_PREFIX)}
-        if est:
-            return est
-    return {}
 
 
 def record(cfg: ExperimentConfig, final: dict[str, Any], run_id: str, setting: str, task: str,
