@@ -34,7 +34,8 @@ class Evaluation:
     figures: list[Path] = field(default_factory=list)
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
+    """obj as indented JSON at a local path or s3:// URI (what is not JSON, as its str)."""
     write_bytes(path, json.dumps(obj, indent=2, default=str).encode())
 
 
@@ -62,7 +63,7 @@ def evaluate(cfg: ExperimentConfig, data_dir: str | Path, run_dir: str | Path, r
     ev = Evaluation(record=record(cfg, final, run_id, setting or "default", fed.task, row),
                     class_names=list(fed.meta.get("class_names") or []))
     ev.figures = _figures(cfg, fed, history, run_dir, out, ev)
-    _write_json(out / "record.json", ev.record)
+    write_json(out / "record.json", ev.record)
     if run_id and cfg.tracking.backend != "none":
         _log_evaluation(cfg, run_id, out, Path(report_dir), label)
     return ev
@@ -88,7 +89,7 @@ def _figures(cfg, fed, history, run_dir: Path, out: Path, ev: Evaluation) -> lis
         true = {c: float(fed.truth.realized_rate[c]) for c in series}
         figs.append(save(rate_trajectories(series, true, run_name_for(cfg)), out / "noise_rates.png"))
         cids = sorted(series)
-        _write_json(out / "noise_rates.json", {"client": cids, "true": [true[c] for c in cids],
+        write_json(out / "noise_rates.json", {"client": cids, "true": [true[c] for c in cids],
                                                "estimated": [series[c][-1][1] for c in cids],
                                                "rounds": {str(c): series[c] for c in cids}})
     return figs
