@@ -1,4 +1,4 @@
-"""The tables of docs/results/tuning.md from bench.json, as pure functions of its scenes.
+"""The tables of lab/results/tuning.md from bench.json, as pure functions of its scenes.
 
 Per scene (`scene_table`): per method (the bench's choice in bold, with its chosen setting), the
 default and the tuned setting over the reporting seeds (the validation score the choice reads, bold
