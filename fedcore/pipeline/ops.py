@@ -175,8 +175,6 @@ def plot_metric(records: list[dict[str, Any]]) -> str:
 def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep") -> str:
     """Mean ± std over the seeds of one config per (method, setting): writes compare.md/.json/.png,
     returns the Markdown table (with a note for labels that hold several configs)."""
-    from fedcore.reporting.plots import save
-
     if not rows:
         raise ArtifactError("no finished runs to compare; every run of the sweep failed or was skipped")
     records = [{**r, "group": f"{r['method']} · {r['setting']}"} for r in rows]
