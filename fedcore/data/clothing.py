@@ -17,9 +17,7 @@ data.params.max_test does the same for the test keys.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,7 @@ from rich.progress import Progress
 
 from fedcore.config import DataConfig
 from fedcore.data.datasets import RawDataset, register_dataset, resolve_root
-from fedcore.data.vision import channel_stats
+from fedcore.data.vision import channel_stats, read_images
 from fedcore.errors import ConfigError, DataError
 
 CLASS_NAMES = ["T-Shirt", "Shirt", "Knitwear", "Chiffon", "Sweater", "Hoodie", "Windbreaker", "Jacket",
@@ -38,7 +36,6 @@ TRAIN_KEYS, TEST_KEYS = "noisy_train_key_list.txt", "clean_test_key_list.txt"
 REQUIRED = (NOISY_KV, CLEAN_KV, TRAIN_KEYS, TEST_KEYS)
 DEFAULT_SIZE = 64
 _PROGRESS_MIN = 4000  # below this many images a progress bar is only noise
-_CHUNK = 2048
 _EXPECTED = f"an images/ folder plus {', '.join(REQUIRED)} (in the root or in annotations/)"
 
 
@@ -97,39 +94,11 @@ def cap_indices(n: int, cap: int | None) -> np.ndarray:
     return np.sort(np.random.default_rng(0).permutation(n)[:cap])
 
 
-def read_image(path: Path, size: int) -> np.ndarray:
-    """Decode one image as RGB, resized to (3, size, size) uint8."""
-    from PIL import Image, UnidentifiedImageError  # lazy: Pillow for Clothing1M's images only
-
-    try:
-        with Image.open(path) as im:
-            im.draft("RGB", (size, size))  # JPEG decodes straight at a reduced scale: much faster
-            arr = np.asarray(im.convert("RGB").resize((size, size), Image.Resampling.BILINEAR))
-    except FileNotFoundError:
-        raise DataError(f"clothing1m: image '{path}' is missing; copy the full images/ folder into data.root") \
-            from None
-    except (OSError, SyntaxError, ValueError, UnidentifiedImageError) as err:
-        raise DataError(f"clothing1m: image '{path}' is truncated or not an image ({type(err).__name__}); "
-                        "replace it with the official file") from None
-    return arr.transpose(2, 0, 1)
-
-
 def load_images(root: Path, keys: list[str], size: int, what: str) -> np.ndarray:
     """Decode `keys` (paths relative to root) into uint8 (N, 3, size, size), in parallel threads."""
-    out = np.empty((len(keys), 3, size, size), dtype=np.uint8)
-
-    def one(i: int) -> None:
-        out[i] = read_image(root / keys[i], size)
-
-    # Pillow releases the GIL while decoding, so threads scale on the cores there are. Chunks
-    # keep a million keys from queueing a million futures at once.
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool, _progress(len(keys), what) as step:
-        for start in range(0, len(keys), _CHUNK):
-            chunk = range(start, min(start + _CHUNK, len(keys)))
-            for _ in pool.map(one, chunk):
-                pass
-            step(len(chunk))
-    return out
+    with _progress(len(keys), what) as step:
+        return read_images("clothing1m", [root / k for k in keys], size,
+                           missing="copy the full images/ folder into data.root", step=step)
 
 
 @contextlib.contextmanager

@@ -75,17 +75,25 @@ def read_rgb(name: str, path: Path, size: int, missing: str = OFFICIAL_MISSING,
     return arr.transpose(2, 0, 1)
 
 
+_CHUNK = 2048  # images queued at a time: a million paths must not queue a million futures at once
+
+
 def read_images(name: str, paths: Sequence[Path], size: int, missing: str = OFFICIAL_MISSING,
-                broken: str = OFFICIAL_BROKEN) -> np.ndarray:
-    """uint8 (N, 3, size, size), decoded in threads (Pillow releases the GIL while decoding)."""
+                broken: str = OFFICIAL_BROKEN, step: Callable[[int], None] | None = None) -> np.ndarray:
+    """uint8 (N, 3, size, size), decoded in threads (Pillow releases the GIL while decoding);
+    `step(n)` after each chunk of n images (a progress bar)."""
     out = np.empty((len(paths), 3, size, size), dtype=np.uint8)
 
     def one(i: int) -> None:
         out[i] = read_rgb(name, paths[i], size, missing, broken)
 
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        for _ in pool.map(one, range(len(paths))):
-            pass
+        for start in range(0, len(paths), _CHUNK):
+            chunk = range(start, min(start + _CHUNK, len(paths)))
+            for _ in pool.map(one, chunk):
+                pass
+            if step:
+                step(len(chunk))
     return out
 
 

@@ -16,7 +16,7 @@ O(chunk x model + data), never O(cohort x data).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
@@ -65,16 +65,6 @@ def signature(p: LocalProgram) -> Hashable:
         tuple((k, tuple(v.shape), v.dtype) for k, v in p.params.items()),
         p.inputs is None, _fn_id(p.loss), _fn_id(p.regularizer), _fn_id(p.after_step),
     )
-
-
-class BatchedMethod(Protocol):
-    """What a method offers to train batched (checked structurally, by `batched_reason`)."""
-
-    def batched_support(self) -> str | None: ...  # None, or why this method cannot
-
-    def local_program(self, task: ClientTask) -> LocalProgram | None: ...  # None: this task trains sequentially
-
-    def client_update(self, task: ClientTask) -> ClientUpdate: ...
 
 
 def batched_reason(method: Any) -> str | None:

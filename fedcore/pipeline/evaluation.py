@@ -19,7 +19,7 @@ from fedcore.io import write_bytes
 from fedcore.pipeline.runs import tracker_for
 from fedcore.reporting.compare import flat_config
 from fedcore.reporting.plots import confusion_figure, curves_figure, rate_trajectories, save
-from fedcore.reporting.report import RATE_PREFIX, rate_series, read_history  # noqa: F401  (re-exported)
+from fedcore.reporting.report import rate_series, read_history
 from fedcore.tracking.base import run_name_for
 from fedcore.tracking.pipeline_runs import TASK_TAG
 
@@ -34,17 +34,9 @@ class Evaluation:
     figures: list[Path] = field(default_factory=list)
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
+    """obj as indented JSON at a local path or s3:// URI (what is not JSON, as its str)."""
     write_bytes(path, json.dumps(obj, indent=2, default=str).encode())
-
-
-def rate_estimates(history: list[dict[str, Any]]) -> dict[int, float]:
-    """The last per-client noise-rate estimates a run logged ({} for methods that estimate none)."""
-    for row in reversed(history):
-        est = {int(k[len(RATE_PREFIX):]): v for k, v in row.items() if k.startswith(RATE_PREFIX)}
-        if est:
-            return est
-    return {}
 
 
 def record(cfg: ExperimentConfig, final: dict[str, Any], run_id: str, setting: str, task: str,
@@ -71,7 +63,7 @@ def evaluate(cfg: ExperimentConfig, data_dir: str | Path, run_dir: str | Path, r
     ev = Evaluation(record=record(cfg, final, run_id, setting or "default", fed.task, row),
                     class_names=list(fed.meta.get("class_names") or []))
     ev.figures = _figures(cfg, fed, history, run_dir, out, ev)
-    _write_json(out / "record.json", ev.record)
+    write_json(out / "record.json", ev.record)
     if run_id and cfg.tracking.backend != "none":
         _log_evaluation(cfg, run_id, out, Path(report_dir), label)
     return ev
@@ -97,7 +89,7 @@ def _figures(cfg, fed, history, run_dir: Path, out: Path, ev: Evaluation) -> lis
         true = {c: float(fed.truth.realized_rate[c]) for c in series}
         figs.append(save(rate_trajectories(series, true, run_name_for(cfg)), out / "noise_rates.png"))
         cids = sorted(series)
-        _write_json(out / "noise_rates.json", {"client": cids, "true": [true[c] for c in cids],
+        write_json(out / "noise_rates.json", {"client": cids, "true": [true[c] for c in cids],
                                                "estimated": [series[c][-1][1] for c in cids],
                                                "rounds": {str(c): series[c] for c in cids}})
     return figs

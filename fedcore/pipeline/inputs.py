@@ -120,17 +120,3 @@ def check_stages(cfg: ExperimentConfig, compiled: Sequence[str]) -> None:
             f"method '{cfg.method.name}' has stages {list(stages)}, but this pipeline was compiled for "
             f"{list(compiled)}; recompile it for that method (fedcore pipeline compile ... --set method.name=...)"
         )
-
-
-def check_settings(settings: Any) -> list[dict[str, Any]]:
-    """The sweep's settings input: a non-empty list of {setting: name, overrides: [...]}."""
-    if not isinstance(settings, list) or not settings or not all(isinstance(s, dict) for s in settings):
-        raise ConfigError("sweep input 'settings' must be a non-empty list of {setting: NAME, overrides: [k=v, ...]}")
-    names = [str(s.get("setting") or "") for s in settings]
-    if "" in names or len(set(names)) != len(names):
-        raise ConfigError(f"sweep settings need distinct non-empty names, got {names}")
-    for s in settings:
-        _setting_overrides(s)
-        for method in s.get("method_overrides") or {}:
-            _method_overrides(s, method)
-    return settings

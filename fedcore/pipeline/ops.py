@@ -36,11 +36,6 @@ from fedcore.run import run_experiment
 from fedcore.stats.summary import mean_std
 from fedcore.tracking.pipeline_runs import TASK_TAG
 
-
-def _write_json(path: Path, obj: Any) -> None:
-    write_bytes(path, json.dumps(obj, indent=2, default=str).encode())
-
-
 # -- data -------------------------------------------------------------------------------------
 
 
@@ -49,7 +44,7 @@ def prepare(inp: RunInputs, data_dir: str | Path, report_dir: str | Path) -> dic
     fed = build_federated_dataset(resolve(inp))
     fed.save(data_dir)
     report = scene_report(fed)
-    _write_json(Path(report_dir) / "scene.json", report)
+    evaluation.write_json(Path(report_dir) / "scene.json", report)
     save(scene_figure(report), Path(report_dir) / "scene.png")
     return {"sha256": fed.sha256, "data_hash": fed.meta["data_hash"], "clients": fed.num_clients,
             "noisy_clients": report["noisy_clients"], "overall_noise_rate": report["overall_noise_rate"]}
@@ -148,13 +143,13 @@ def stage_outputs(run_dir: str | Path, verdicts: str | Path | None = None,
     meta: dict[str, Any] = {}
     if verdicts is not None:
         keep = {k: beliefs.get(k, {}) for k in ("noisy_clients", "client_noisy", "client_rate", "rounds")}
-        _write_json(Path(verdicts), keep)
+        evaluation.write_json(Path(verdicts), keep)
         meta["noisy_clients"] = len(keep["noisy_clients"])
     if labels is not None:
         out = Path(labels)
         out.mkdir(parents=True, exist_ok=True)
         relabeled = beliefs.get("relabeled", {})
-        _write_json(out / "relabeled.json", {"relabeled": relabeled, "rounds": beliefs.get("rounds", {})})
+        evaluation.write_json(out / "relabeled.json", {"relabeled": relabeled, "rounds": beliefs.get("rounds", {})})
         if (run_dir / LABELS_FILE).is_file():
             shutil.copyfile(run_dir / LABELS_FILE, out / LABELS_FILE)
         meta["relabeled_samples"] = int(sum(relabeled.values()))
@@ -180,8 +175,6 @@ def plot_metric(records: list[dict[str, Any]]) -> str:
 def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep") -> str:
     """Mean ± std over the seeds of one config per (method, setting): writes compare.md/.json/.png,
     returns the Markdown table (with a note for labels that hold several configs)."""
-    from fedcore.reporting.plots import save
-
     if not rows:
         raise ArtifactError("no finished runs to compare; every run of the sweep failed or was skipped")
     records = [{**r, "group": f"{r['method']} · {r['setting']}"} for r in rows]
@@ -192,7 +185,7 @@ def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep
                    + ["| " + " | ".join(row) + " |" for row in table] + [""] + [f"Note: {n}" for n in notes]) + "\n"
     out = Path(out_dir)
     write_bytes(out / "compare.md", md.encode())
-    _write_json(out / "compare.json", {"header": header, "rows": table, "notes": notes, "runs": rows})
+    evaluation.write_json(out / "compare.json", {"header": header, "rows": table, "notes": notes, "runs": rows})
     metric = plot_metric(records)
     groups = group_records(records, "group")
     stats = {g: mean_std([r["summary"].get(metric) for r in recs]) for g, recs in groups.items()}

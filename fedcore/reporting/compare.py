@@ -17,8 +17,6 @@ from typing import Any
 
 import numpy as np
 import yaml
-from rich.table import Table
-from rich.text import Text
 
 from fedcore.errors import ArtifactError
 from fedcore.stats.summary import mean_std
@@ -236,13 +234,3 @@ def beats_fedavg(group: list[dict[str, Any]], records: list[dict[str, Any]]) -> 
     """'yes +d' / 'no -d': d = `fedavg_margin`; '-' where it has none."""
     d = fedavg_margin(group, records)
     return "-" if d is None else f"{'yes' if d > 0 else 'no'} {d:+.3f}"
-
-
-def comparison_table(records: list[dict[str, Any]], by: str = "method", title: str = "comparison") -> Table:
-    header, rows = comparison_rows(records, by)
-    table = Table(title=title)
-    for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))  # labels hold [key=value]: text, not rich markup
-    return table

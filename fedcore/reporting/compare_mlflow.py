@@ -18,6 +18,7 @@ from rich.console import Console
 from fedcore.errors import TrackingError, UserError
 from fedcore.reporting.compare import budget_notes, group_records, merge_notes
 from fedcore.reporting.plots import compare_figure, save
+from fedcore.reporting.terminal import console_table
 from fedcore.stats.summary import mean_std
 from fedcore.tracking.mlflow import CONNECT_ENV, _connect_message, quiet_store_setup, resolve_uri
 from fedcore.tracking.transport import temp_env
@@ -115,8 +116,6 @@ def compare_experiment(experiment: str, console: Console, uri: str | None = None
                        out_dir: str | Path | None = None) -> Path | None:
     """Print the table of `experiment` and, given `out_dir`, write its bar chart there; returns the PNG
     path. Without `out_dir` nothing is written: comparing only reads (issue 71, read-only commands)."""
-    from fedcore.reporting.terminal import console_table
-
     records = load_records(experiment, uri)
     if not records:
         raise UserError(f"MLflow experiment '{experiment}' has no finished fedcore runs yet")

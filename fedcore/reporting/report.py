@@ -82,8 +82,6 @@ def run_figures(run_dir: str | Path, title: str, fed: Any = None) -> dict[str, A
 
     {artifact path: matplotlib Figure}; empty when the run dir has no history.csv.
     """
-    from fedcore.reporting import plots
-
     path = Path(run_dir) / "history.csv"
     if not path.is_file():
         return {}

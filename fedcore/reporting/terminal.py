@@ -64,9 +64,15 @@ def terminal_rows(records: list[dict[str, Any]], by: str = "group") -> tuple[lis
         cells = [g, *([str(len(recs))] if many else [])]
         cells += [_cell([r["summary"].get(k) for r in recs], k.endswith("_best_round")) for k, _ in present]
         rows.append(cells)
+    return _with_margins(header, rows, groups, records, "vs FedAvg")
+
+
+def _with_margins(header: list[str], rows: list[list[str]], groups: dict[str, list[dict[str, Any]]],
+                  records: list[dict[str, Any]], column: str) -> tuple[list[str], list[list[str]]]:
+    """The rows with a last column 'yes +d' / 'no -d' (`fedavg_margin`, in points), where any group has one."""
     margins = [fedavg_margin(recs, records) for recs in groups.values()]
     if any(d is not None for d in margins):
-        header.append("vs FedAvg")
+        header.append(column)
         for row, d in zip(rows, margins, strict=True):
             row.append("-" if d is None else f"{'yes' if d > 0 else 'no'} {100 * d:+.1f}")
     return header, rows
@@ -114,12 +120,7 @@ def console_rows(records: list[dict[str, Any]], by: str = "method") -> tuple[lis
                              for k, name in present)]
     rows = [[g, str(len(recs)), *(_console_cell(k, [r["summary"].get(k) for r in recs], len(recs))
                                   for k, _ in present)] for g, recs in groups.items()]
-    margins = [fedavg_margin(recs, records) for recs in groups.values()]
-    if any(d is not None for d in margins):
-        header.append("beats FedAvg (last10 − its best, points)")
-        for row, d in zip(rows, margins, strict=True):
-            row.append("-" if d is None else f"{'yes' if d > 0 else 'no'} {100 * d:+.1f}")
-    return header, rows
+    return _with_margins(header, rows, groups, records, "beats FedAvg (last10 − its best, points)")
 
 
 def console_table(records: list[dict[str, Any]], by: str = "method", title: str = "comparison") -> Table:

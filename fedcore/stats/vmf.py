@@ -190,14 +190,6 @@ def class_counts(gamma: np.ndarray, labels: np.ndarray, weight: np.ndarray, num_
     return counts + eta
 
 
-def class_geometry(gamma: np.ndarray, labels: np.ndarray, weight: np.ndarray, num_classes: int,
-                   eta: float = 0.5) -> np.ndarray:
-    """B[c, g] = (sum_{i: y_i = c} w_i gamma[i, g] + eta) / row sum: (C, G), rows sum to 1
-    (`class_counts` normalized per row)."""
-    counts = class_counts(gamma, labels, weight, num_classes, eta)
-    return counts / counts.sum(1, keepdims=True)
-
-
 def label_fallback(labels: np.ndarray, clean: np.ndarray) -> np.ndarray:
     """B weights (n,): the clean mask, except that a label none of whose samples is clean
     counts all of them. Without this a label judged all-noisy once gets a uniform B row,

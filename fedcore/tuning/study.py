@@ -161,7 +161,7 @@ def run_tune(req: TuneRequest, say=print) -> dict[str, Any]:
             study.enqueue_trial(start, user_attrs={"start": "default"})
         tracking = Parent(cfg, study)
         try:
-            run_trials(req, overrides, dims, study, fed, metric, tracking, say)
+            run_trials(req, overrides, dims, study, fed, metric, tracking)
             result = finish(req, overrides, dims, study, metric, out)
         except BaseException as err:
             tracking.end("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
@@ -193,7 +193,7 @@ def trial_data(cfg: ExperimentConfig, out: Path, data: str | None):
     return load_or_build_data(cfg, FederatedDataset.load(path))
 
 
-def run_trials(req, overrides, dims, study, fed, metric, tracking, say) -> None:
+def run_trials(req, overrides, dims, study, fed, metric, tracking) -> None:
     done, _ = counted(study)
     with trial_progress(req.trials, done, enabled=req.progress) as bar:
         while done < req.trials:

@@ -16,7 +16,7 @@ import scipy.io
 from PIL import Image
 
 from fedcore.config import DataConfig
-from fedcore.data import clothing, mnist
+from fedcore.data import clothing, mnist, vision
 from fedcore.data.datasets import load_dataset
 from fedcore.data.vision import superclass_map
 from fedcore.errors import ConfigError, DataError
@@ -248,7 +248,7 @@ def test_clothing1m_progress_path_gives_the_same_arrays(tmp_path: Path, monkeypa
     write_clothing(tmp_path)
     quiet = _load("clothing1m", tmp_path, image_size=8)
     monkeypatch.setattr(clothing, "_PROGRESS_MIN", 2)
-    monkeypatch.setattr(clothing, "_CHUNK", 3)
+    monkeypatch.setattr(vision, "_CHUNK", 3)  # the chunked decode, with a bar step per chunk
     shown = _load("clothing1m", tmp_path, image_size=8)
     np.testing.assert_array_equal(quiet.x_train, shown.x_train)
     np.testing.assert_array_equal(quiet.x_test, shown.x_test)

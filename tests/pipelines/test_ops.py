@@ -1,8 +1,7 @@
-"""Small pieces of the component logic: history parsing, rate estimates, figures."""
+"""Small pieces of the component logic: history parsing, rate series, figures."""
 
 from __future__ import annotations
 
-from fedcore.pipeline.evaluation import rate_estimates, rate_series, read_history
 from fedcore.reporting.plots import (
     compare_figure,
     curves_figure,
@@ -11,11 +10,12 @@ from fedcore.reporting.plots import (
     save,
     scene_figure,
 )
+from fedcore.reporting.report import rate_series, read_history
 
 PNG = b"\x89PNG"
 
 
-def test_history_round_trips_and_the_last_estimates_win(tmp_path):
+def test_history_round_trips_into_per_client_rate_series(tmp_path):
     f = tmp_path / "history.csv"
     f.write_text("stage,round,test/acc,noise/rate_est/client_00,noise/rate_est/client_01\n"
                  "identify,1,,0.1,0.5\nidentify,2,,0.2,0.6\ntrain,3,0.7,,\n")
@@ -23,8 +23,6 @@ def test_history_round_trips_and_the_last_estimates_win(tmp_path):
     history = read_history(f)
 
     assert history[2] == {"stage": "train", "round": 3.0, "test/acc": 0.7}
-    assert rate_estimates(history) == {0: 0.2, 1: 0.6}
-    assert rate_estimates(history[2:]) == {}
     assert rate_series(history) == {0: [(1.0, 0.1), (2.0, 0.2)], 1: [(1.0, 0.5), (2.0, 0.6)]}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fedcore.errors import ConfigError
-from fedcore.pipeline.inputs import RunInputs, check_settings, check_stages, parse_config, resolve, slot_of
+from fedcore.pipeline.inputs import RunInputs, check_stages, parse_config, resolve, slot_of
 from fedcore.pipeline.plan import SweepSpec, config_input, load_sweep_spec, plan_sweep, shared_data, stage_names
 from fedcore.pipeline.resources import PipelineResources
 from fedcore.registries import config_from_dict
@@ -76,8 +76,6 @@ def test_malformed_method_overrides_in_a_run_time_setting_are_refused():
     cfg = config_from_dict(BASE)
     setting = {"setting": "a", "overrides": [], "method_overrides": {"fedavg": "train.lr=0.1"}}
     with pytest.raises(ConfigError, match="method_overrides.*'key=value'"):
-        check_settings([setting])
-    with pytest.raises(ConfigError, match="method_overrides"):
         resolve(RunInputs(config_input(cfg), setting=setting, methods=["fedavg"], seeds=[0], slot=0, slots=1))
 
 
@@ -85,8 +83,6 @@ def test_run_time_method_overrides_that_change_the_shared_data_are_refused():
     # A settings input edited in the KFP UI is checked like a compiled one: a method may not move the data.
     cfg = config_from_dict(BASE)
     setting = {"setting": "a", "overrides": [], "method_overrides": {"fedavg": ["partition.params.alpha=0.1"]}}
-    with pytest.raises(ConfigError, match="shared dataset"):
-        check_settings([setting])
     with pytest.raises(ConfigError, match="shared dataset"):
         resolve(RunInputs(config_input(cfg), setting=setting, methods=["fedavg"], seeds=[0], slot=0, slots=1))
 
@@ -107,8 +103,6 @@ def test_run_time_inputs_that_change_the_graph_are_refused_with_what_to_do():
     with pytest.raises(ConfigError, match="stages.*recompile"):
         check_stages(config_from_dict({**BASE, "method": {"name": "fedsir"}}), stage_names(cfg))
     check_stages(cfg, ["train"])
-    with pytest.raises(ConfigError, match="distinct"):
-        check_settings([{"setting": "a", "overrides": []}, {"setting": "a", "overrides": []}])
     with pytest.raises(ConfigError, match="list of 'key=value'"):
         resolve(RunInputs(config_input(cfg), setting={"setting": "a", "overrides": "noise.type=none"}))
     with pytest.raises(ConfigError, match="JSON"):
