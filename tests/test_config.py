@@ -90,7 +90,8 @@ def test_cli_error_message_is_one_line_and_names_field(tmp_path, capsys):
 @pytest.mark.parametrize(("argv", "message"), [
     (["methods"], "No such command 'methods'"),
     (["run", "configs/quickstart.yaml", "--bogus"], "No such option: --bogus"),
-    (["run"], "Missing argument"),
+    # The config is optional since `fedcore run --resume RUN` reads the run's own; without either, one line.
+    (["run"], "error: pass the experiment config"),
 ])
 def test_usage_errors_exit_2_with_clicks_message_and_no_traceback(argv, message, capsys):
     from fedcore.cli import main
