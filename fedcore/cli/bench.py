@@ -131,7 +131,7 @@ def say(line: str) -> None:
 
 
 def int_list(text: str | list[int] | None, option: str) -> list[int] | None:
-    from fedcore.errors import UserError
+    from fedcore.errors import UserError  # lazy: CLI start-up
 
     if text is None or isinstance(text, list):  # a list option's items, split already (console.list_option)
         return text

@@ -24,9 +24,9 @@ def compare(
     tracking_uri: ReadTrackingUriOpt = None,
 ) -> None:
     """Table of final metrics across runs (mean ± std over the seeds of one config)."""
-    from fedcore.reporting.compare import budget_notes, load_run, merge_notes
-    from fedcore.reporting.rundirs import expand_run_dirs
-    from fedcore.reporting.terminal import console_table
+    from fedcore.reporting.compare import budget_notes, load_run, merge_notes  # lazy: CLI start-up
+    from fedcore.reporting.rundirs import expand_run_dirs  # lazy: CLI start-up
+    from fedcore.reporting.terminal import console_table  # lazy: CLI start-up
 
     out = local_folder(out)
     if experiment:

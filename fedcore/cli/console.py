@@ -66,7 +66,7 @@ def _option_name(param: Any) -> str:
 def split_items(ctx: Any, param: Any, value: list[str] | None) -> list[str] | None:
     """`split_list` as an option's callback: an option given with no item at all (`--seed ,`) is a
     one-line UserError, not taken for the option left out (typer passes an empty list on as None)."""
-    from fedcore.errors import UserError
+    from fedcore.errors import UserError  # lazy: CLI start-up
 
     items = split_list(value)
     if value and not items:
@@ -77,7 +77,7 @@ def split_items(ctx: Any, param: Any, value: list[str] | None) -> list[str] | No
 
 def split_ints(ctx: Any, param: Any, value: list[str] | None) -> list[int] | None:
     """`split_items` for integers (seeds); a non-integer is a one-line UserError naming the option."""
-    from fedcore.errors import UserError
+    from fedcore.errors import UserError  # lazy: CLI start-up
 
     items = split_items(ctx, param, value)
     try:

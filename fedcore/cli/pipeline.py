@@ -271,9 +271,9 @@ def run_package(package: Path, args: dict[str, Any], out: Path) -> tuple[Any, An
 
 def compiled_overrides(package: Path) -> list[str]:
     """The `overrides` input's default: the --set list the package was compiled with."""
-    from google.protobuf import json_format
+    from google.protobuf import json_format  # lazy: CLI start-up
 
-    from pipelines.runner import load_specs
+    from pipelines.runner import load_specs  # lazy: CLI start-up
 
     spec, _ = load_specs(package)
     param = spec.root.input_definitions.parameters.get("overrides")
@@ -288,7 +288,7 @@ def package_store(cfg: Any, out: Path, task_env: dict | None = None) -> list[str
     A package compiled for a cluster names no store, and its tasks would otherwise open the
     embedded default in the working directory (issue 71.2). A tracking.uri in the package or the
     --set list, or MLFLOW_TRACKING_URI in the tasks' environment, still says where runs go."""
-    import json
+    import json  # lazy: CLI start-up
 
     if cfg.tracking.backend == "none" or cfg.tracking.uri:
         return []

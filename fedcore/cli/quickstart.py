@@ -46,11 +46,11 @@ def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str
     """(config, sweep pipeline): methods on the config's noise, FedAvg on clean labels, one seed;
     tuned: each method at its tuned setting, else all at the config's shared one; `overrides`
     (--set) after the quickstart's own; tracking and `uri` as `fedcore pipeline run` takes them."""
-    from fedcore.methods.registry import available_methods
-    from fedcore.pipeline.plan import SweepSpec, load_sweep_spec
-    from fedcore.pipeline.resources import PipelineResources
-    from fedcore.tracking.base import noise_label
-    from pipelines import PipelineOptions, build_pipeline
+    from fedcore.methods.registry import available_methods  # lazy: CLI start-up
+    from fedcore.pipeline.plan import SweepSpec, load_sweep_spec  # lazy: CLI start-up
+    from fedcore.pipeline.resources import PipelineResources  # lazy: CLI start-up
+    from fedcore.tracking.base import noise_label  # lazy: CLI start-up
+    from pipelines import PipelineOptions, build_pipeline  # lazy: CLI start-up
 
     sets = [*QUICKSTART_OVERRIDES, *(TUNED_OVERRIDES if tuned else [])]
     sets += [f"train.rounds={rounds}"] if rounds else []
@@ -70,7 +70,7 @@ def quickstart_pipeline(out: Path, rounds: int | None = None, methods: tuple[str
 def run_quickstart(out: Path, console: Console, rounds: int | None = None,
                    methods: tuple[str, ...] = QUICKSTART_METHODS, tuned: bool = True,
                    overrides: list[str] | None = None, tracking: bool = True, uri: str | None = None) -> object:
-    from pipelines.runner import run_local
+    from pipelines.runner import run_local  # lazy: CLI start-up
 
     cfg, pipeline = quickstart_pipeline(out, rounds, methods, tuned, overrides, tracking, uri)
     setting = (f"each method at its tuned setting\n  tuned values: configs/{TUNED_SWEEP} (--untuned: the config's)"

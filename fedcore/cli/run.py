@@ -70,15 +70,15 @@ def run(
     e.g. train.rounds=60 to extend it). Also the entry point of every rank under
     `torchrun --nproc-per-node N -m fedcore run CONFIG`.
     """
-    import os
+    import os  # lazy: CLI start-up
 
-    from fedcore.engine.distributed import init_distributed, shutdown
-    from fedcore.errors import UserError
-    from fedcore.io import run_dir_lock
-    from fedcore.models import resolve_device
-    from fedcore.reporting.compare import load_run
-    from fedcore.reporting.terminal import console_table
-    from fedcore.run import run_experiment
+    from fedcore.engine.distributed import init_distributed, shutdown  # lazy: CLI start-up
+    from fedcore.errors import UserError  # lazy: CLI start-up
+    from fedcore.io import run_dir_lock  # lazy: CLI start-up
+    from fedcore.models import resolve_device  # lazy: CLI start-up
+    from fedcore.reporting.compare import load_run  # lazy: CLI start-up
+    from fedcore.reporting.terminal import console_table  # lazy: CLI start-up
+    from fedcore.run import run_experiment  # lazy: CLI start-up
 
     out, resume = local_folder(out), local_folder(resume, "--resume")
     given, config = config, resumed_config(config, resume)
@@ -137,7 +137,7 @@ def resume(
 def resumed_config(config: Path | None, resume: Path | None) -> Path:
     """The config a run reads: CONFIG when given, else the config.yaml of the run dir --resume names
     (every run records it when it starts, so an interrupted run has one too)."""
-    from fedcore.errors import UserError
+    from fedcore.errors import UserError  # lazy: CLI start-up
 
     if config is not None:
         return config
@@ -156,9 +156,9 @@ def check_resumed_config(given: Path, cfg, resume: Path) -> None:
     """Refuse a CONFIG (with its --set) other than the one the resumed run recorded, naming the keys
     that differ, before any data is loaded; the round budget may grow, tracking may change.
     A run without a recorded config is checked against its checkpoint's, when it loads."""
-    from fedcore.errors import UserError
-    from fedcore.registries import load_config
-    from fedcore.reporting.config_diff import resume_mismatch
+    from fedcore.errors import UserError  # lazy: CLI start-up
+    from fedcore.registries import load_config  # lazy: CLI start-up
+    from fedcore.reporting.config_diff import resume_mismatch  # lazy: CLI start-up
 
     run_dir = resume_run_dir(resume)
     if run_dir is None or not (run_dir / "config.yaml").is_file():
@@ -176,7 +176,7 @@ class RecordConfig(Callback):
     run interrupted before its end (which writes it again, with what was resumed)."""
 
     def on_run_start(self, info: dict[str, Any]) -> None:
-        from fedcore.io import atomic_write_bytes
+        from fedcore.io import atomic_write_bytes  # lazy: CLI start-up
 
         atomic_write_bytes(Path(info["out_dir"]) / "config.yaml", info["config"].to_yaml().encode())
 

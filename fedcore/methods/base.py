@@ -191,7 +191,7 @@ class StagedMethod:
         return lambda pos: data.store.normalize(aug.weak(data.x01(pos), task.gen))
 
     def augmenter(self):
-        from fedcore.train.augment import Augmenter
+        from fedcore.train.augment import Augmenter  # lazy: torchvision, for augmenting methods
 
         if getattr(self, "_aug", None) is None:
             self._aug = Augmenter.for_dataset(self.ctx.view.meta, self.ctx.store.in_shape)

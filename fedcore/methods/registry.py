@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
+import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -67,7 +69,7 @@ def register(name: str, params: type[MethodParams] = MethodParams):
 
 
 def _discover() -> None:
-    import fedcore.methods as pkg
+    import fedcore.methods as pkg  # lazy: the package itself, read at discovery
 
     for info in pkgutil.iter_modules(pkg.__path__):
         if info.name not in _NOT_METHODS and not info.name.startswith("_"):
@@ -118,9 +120,6 @@ def describe_params(name: str) -> list[tuple[str, str, str, str]]:
 def type_text(annotation: Any) -> str:
     """A param's type as a user reads it: a choice lists its values ('one of: sce, ce'), an
     optional one says 'or None', anything else is its name ('float')."""
-    import types
-    from typing import Union
-
     if get_origin(annotation) is Literal:
         return "one of: " + ", ".join(str(v) for v in get_args(annotation))
     if get_origin(annotation) in (Union, types.UnionType):
@@ -132,8 +131,6 @@ def type_text(annotation: Any) -> str:
 
 def summary_line(name: str) -> str:
     """The first line of a method's module docstring (method and paper)."""
-    import sys
-
     doc = sys.modules[get_method(name).cls.__module__].__doc__ or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
 

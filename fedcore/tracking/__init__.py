@@ -17,6 +17,7 @@ from fedcore.tracking.base import (
     run_params,
     standard_tags,
 )
+from fedcore.tracking.mlflow import MlflowTracker
 from fedcore.tracking.null import NullTracker
 
 if TYPE_CHECKING:
@@ -42,7 +43,5 @@ def make_tracker(cfg: TrackingConfig, base_dir: Path | None = None) -> Tracker:
     """
     if cfg.backend == "none":
         return NullTracker()
-    from fedcore.tracking.mlflow import MlflowTracker
-
     return MlflowTracker(cfg.uri, cfg.experiment, cfg.artifact_location, base_dir=base_dir,
                          retry_seconds=cfg.retry_seconds)

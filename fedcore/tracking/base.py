@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from fedcore import __version__
+
 if TYPE_CHECKING:
     from fedcore.config import ExperimentConfig
 
@@ -308,8 +310,6 @@ def source_tags(source: str, source_type: str = "LOCAL") -> dict[str, str]:
 
 def run_params(cfg: ExperimentConfig, data_sha256: str | None) -> dict[str, str]:
     """Flattened config plus provenance: config_hash, data_sha256, fedcore_version, git_commit."""
-    from fedcore import __version__
-
     params = flatten_config(cfg)
     params.update(
         config_hash=cfg.config_hash(),

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import pickle
 import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedcore.engine.callbacks import Callback
+from fedcore.engine.callbacks import Callback, EarlyStopping
 from fedcore.errors import TrackingError
+from fedcore.tracking import make_tracker
 from fedcore.tracking.base import (
     check_metrics,
     run_name_for,
@@ -101,7 +103,7 @@ class TrackingCallback(Callback):
         self._log_params(info.get("executor"))
         self.tracker.log_dict(self.cfg.to_dict(), "config.yaml")
         if info.get("fed") is not None:
-            from fedcore.tracking.inputs import dataset_info
+            from fedcore.tracking.inputs import dataset_info  # lazy: loads torch, only to log a model or dataset
 
             source = self.data_source or info.get("data_source")
             self.tracker.log_dataset(dataset_info(info["fed"], self.cfg, source))
@@ -208,7 +210,7 @@ class TrackingCallback(Callback):
         draw = self._info.get("figures")
         if draw is None:
             return
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: matplotlib, only to log a figure
 
         for path, fig in draw(out_dir, run_name_for(self.cfg)).items():
             try:
@@ -217,9 +219,7 @@ class TrackingCallback(Callback):
                 plt.close(fig)  # a tune runs many trials in one process
 
     def _log_model(self, path: Path) -> None:
-        import pickle
-
-        import torch
+        import torch  # lazy: torch, only to log a model or tensor
 
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -241,7 +241,11 @@ class TrackingCallback(Callback):
         model, fed = self._info.get("final_model"), self._info.get("fed")
         if model is None or fed is None or not self.cfg.tracking.log_model:
             return
-        from fedcore.tracking.inputs import describe, input_example, served
+        from fedcore.tracking.inputs import (  # lazy: loads torch, only to log a model or dataset
+            describe,
+            input_example,
+            served,
+        )
 
         try:
             model_id = self.tracker.log_model(served(model, fed), input_example(fed), step=self._last_round)
@@ -262,15 +266,11 @@ def run_callbacks(cfg: Any, progress: Callback | None = None, main: bool = True)
     stop together; the others become no-op placeholders in the same positions, since
     checkpoints keep callback state by position.
     """
-    from fedcore.engine.callbacks import EarlyStopping
-
     cbs: list[Callback] = []
     if progress is not None:
         cbs.append(progress if main else Callback())
     if cfg.train.early_stop_patience:
         cbs.append(EarlyStopping(cfg.train.early_stop_patience))
     if cfg.tracking.backend != "none":
-        from fedcore.tracking import make_tracker
-
         cbs.append(TrackingCallback(make_tracker(cfg.tracking, Path.cwd()), cfg, None) if main else Callback())
     return cbs

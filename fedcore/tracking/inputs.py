@@ -34,7 +34,7 @@ def dataset_info(fed: FederatedDataset, cfg: ExperimentConfig, source: str | Non
     The summary counts noisy clients and the overall noise rate from the scene's truth: it
     describes the data (as the scene report does), and no method reads it.
     """
-    from fedcore.data.federated import scene_report
+    from fedcore.data.federated import scene_report  # lazy: loads torch, only to log a model or dataset
 
     report = scene_report(fed)
     profile = {
@@ -63,7 +63,7 @@ def input_example(fed: FederatedDataset, rows: int = EXAMPLE_ROWS) -> np.ndarray
 
 def served(model: nn.Module, fed: FederatedDataset) -> nn.Module:
     """The final model wrapped with the dataset's normalization and output activation."""
-    from fedcore.models.serving import serving_model
+    from fedcore.models.serving import serving_model  # lazy: loads torch, only to log a model or dataset
 
     return serving_model(model, fed.meta["mean"], fed.meta["std"], int(fed.x_train.shape[1]),
                          multi_label=fed.task == "multi")

@@ -127,7 +127,7 @@ class MlflowTracker(RecordsMixin, RunStack):
         self.transport = Transport(self.uri, retry_seconds)
         with temp_env(CONNECT_ENV), quiet_store_setup():
             try:
-                from mlflow import MlflowClient
+                from mlflow import MlflowClient  # lazy: MLflow takes seconds; only where tracking talks to it
 
                 if self.uri.startswith("sqlite:///"):
                     Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +141,7 @@ class MlflowTracker(RecordsMixin, RunStack):
                 raise TrackingError(_connect_message(self.uri, exc)) from None
 
     def _ensure_experiment(self, name: str) -> str:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: MLflow takes seconds; only where tracking talks to it
 
         exp = self.client.get_experiment_by_name(name)
         if exp is None:
@@ -200,7 +200,7 @@ class MlflowTracker(RecordsMixin, RunStack):
         return rid
 
     def _resume(self, run_id: str, tags: dict[str, str]) -> str:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: MLflow takes seconds; only where tracking talks to it
 
         try:
             run = self.client.get_run(run_id)
@@ -238,7 +238,7 @@ class MlflowTracker(RecordsMixin, RunStack):
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params; ones already recorded with the same value are skipped (resumed runs)."""
-        from mlflow.entities import Param
+        from mlflow.entities import Param  # lazy: MLflow takes seconds; only where tracking talks to it
 
         rid = self._active()
         known = self._params[rid]
@@ -250,7 +250,7 @@ class MlflowTracker(RecordsMixin, RunStack):
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
         """timestamp_ms: when the values were measured (a replayed journal keeps the original time)."""
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # lazy: MLflow takes seconds; only where tracking talks to it
 
         rid = self._active()
         ts = _now_ms() if timestamp_ms is None else int(timestamp_ms)
@@ -259,7 +259,7 @@ class MlflowTracker(RecordsMixin, RunStack):
             self._call("log_batch(metrics)", self.client.log_batch, rid, metrics=chunk)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        from mlflow.entities import RunTag
+        from mlflow.entities import RunTag  # lazy: MLflow takes seconds; only where tracking talks to it
 
         rid = self._active()
         items = [RunTag(k, v) for k, v in check_str_map("tags", tags).items()]
@@ -285,7 +285,7 @@ class MlflowTracker(RecordsMixin, RunStack):
 
     def log_state_dict(self, state_dict: dict[str, Any], artifact_path: str) -> None:
         """Store as `<artifact_path>/state_dict.pth`, readable by mlflow.pytorch.load_state_dict."""
-        from mlflow.pytorch import save_state_dict
+        from mlflow.pytorch import save_state_dict  # lazy: MLflow takes seconds; only where tracking talks to it
 
         rid = self._active()
         with tempfile.TemporaryDirectory(prefix="fedcore-sd-") as tmp:

@@ -24,8 +24,8 @@ def requirements() -> list[str]:
 
     Given explicitly, MLflow skips inferring them, which loads the model in a subprocess.
     """
-    import mlflow
-    import torch
+    import mlflow  # lazy: MLflow takes seconds; only where tracking talks to it
+    import torch  # lazy: torch, only to log a model or tensor
 
     return [f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}", f"numpy=={np.__version__}"]
 
@@ -37,11 +37,13 @@ def log_model(client: Any, uri: str, experiment_id: str, run_id: str, model: Any
     example: a float32 batch the model takes; it becomes the input example and, with the
     model's output on it, the signature (the batch dimension stays free).
     """
-    import mlflow
-    import mlflow.pytorch
-    import torch
-    from mlflow.models import Model, infer_signature
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+    import mlflow  # lazy: MLflow takes seconds; only where tracking talks to it
+    import mlflow.pytorch  # lazy: MLflow takes seconds; only where tracking talks to it
+    import torch  # lazy: torch, only to log a model or tensor
+    from mlflow.models import Model, infer_signature  # lazy: MLflow takes seconds; only where tracking talks to it
+    from mlflow.tracking._tracking_service.utils import (
+        _use_tracking_uri,  # lazy: MLflow takes seconds; only where tracking talks to it
+    )
 
     x = np.ascontiguousarray(example, dtype=np.float32)
     with torch.no_grad():
@@ -57,14 +59,18 @@ def log_model(client: Any, uri: str, experiment_id: str, run_id: str, model: Any
 
 
 def _tensor_schema(spec: dict[str, Any]) -> str:
-    from mlflow.types import Schema, TensorSpec
+    from mlflow.types import Schema, TensorSpec  # lazy: MLflow takes seconds; only where tracking talks to it
 
     return Schema([TensorSpec(np.dtype(spec["dtype"]), tuple(spec["shape"]), spec.get("name"))]).to_json()
 
 
 def dataset_input(ds: DatasetInfo) -> Any:
     """The MLflow DatasetInput of `ds`, tagged with its context (train)."""
-    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.entities import (  # lazy: MLflow takes seconds; only where tracking talks to it
+        Dataset,
+        DatasetInput,
+        InputTag,
+    )
 
     schema = {"mlflow_tensorspec": {k: _tensor_schema(v) for k, v in ds.schema.items()}}
     entity = Dataset(name=ds.name, digest=ds.digest[:36], source_type=ds.source_type,
@@ -78,7 +84,9 @@ def system_monitor(run_id: str, uri: str, interval_s: float) -> Any:
 
     It resumes the step count a previous stage of the same run reached.
     """
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+    from mlflow.system_metrics.system_metrics_monitor import (
+        SystemMetricsMonitor,  # lazy: MLflow takes seconds; only where tracking talks to it
+    )
 
     class Monitor(SystemMetricsMonitor):
         published = 0

@@ -38,7 +38,7 @@ class ModelRegistry:
         self.uri, _ = resolve_uri(uri, base_dir)
         with temp_env(CONNECT_ENV):
             try:
-                from mlflow import MlflowClient
+                from mlflow import MlflowClient  # lazy: MLflow takes seconds; only where tracking talks to it
 
                 self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
                 self.client.search_registered_models(max_results=1)
@@ -46,7 +46,7 @@ class ModelRegistry:
                 raise TrackingError(_connect_message(self.uri, exc)) from None
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: MLflow takes seconds; only where tracking talks to it
 
         try:
             return fn(*args, **kwargs)
@@ -55,7 +55,7 @@ class ModelRegistry:
 
     def champion(self, name: str) -> Version | None:
         """The version holding alias `champion`, or None (no model or no alias yet)."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: MLflow takes seconds; only where tracking talks to it
 
         try:
             mv = self.client.get_model_version_by_alias(name, CHAMPION)
@@ -78,7 +78,7 @@ class ModelRegistry:
 
     def register(self, name: str, run_id: str, tags: dict[str, str] | None = None) -> Version:
         """A new version of `name` from the model run `run_id` logged."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: MLflow takes seconds; only where tracking talks to it
 
         model_id = self.logged_model(run_id)
         try:
@@ -86,7 +86,9 @@ class ModelRegistry:
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise TrackingError(f"MLflow cannot create registered model {name}: {_one_line(exc)}") from None
-        from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+        from mlflow.tracking._tracking_service.utils import (
+            _use_tracking_uri,  # lazy: MLflow takes seconds; only where tracking talks to it
+        )
 
         with _use_tracking_uri(self.uri):  # MLflow resolves a models:/ source through the fluent URI
             mv = self._call("create_model_version", self.client.create_model_version, name, f"models:/{model_id}",
@@ -106,7 +108,7 @@ class ModelRegistry:
 
     def state_dict(self, run_id: str) -> dict[str, Any]:
         """The raw state_dict a run logged (under `state_dict/`; `model/` for runs before model logging)."""
-        import mlflow.pytorch
+        import mlflow.pytorch  # lazy: MLflow takes seconds; only where tracking talks to it
 
         names = {a.path for a in self._call("list_artifacts", self.client.list_artifacts, run_id)}
         path = next((p for p in STATE_DICT_PATHS if p in names), None)

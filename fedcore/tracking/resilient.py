@@ -184,7 +184,7 @@ class ResilientTracker:
         if self.journal is None:
             self.inner.log_state_dict(state_dict, artifact_path)
             return
-        import torch
+        import torch  # lazy: torch, only to log a model or tensor
 
         path = self.journal.new_file("state_dict.pt")
         torch.save(state_dict, path)
@@ -276,7 +276,7 @@ class ResilientTracker:
             inner.log_artifact(self.journal.resolve(op["path"]), None if dest == "." else dest)
         elif kind == "state_dict":
             assert self.journal is not None
-            from fedcore.engine.checkpoint import safe_torch_load
+            from fedcore.engine.checkpoint import safe_torch_load  # lazy: loads torch, only to log a model or dataset
 
             path = self.journal.resolve(op["path"])
             inner.log_state_dict(safe_torch_load(path.read_bytes(), f"journaled state dict '{path}'"),

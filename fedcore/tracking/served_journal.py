@@ -20,7 +20,7 @@ OP = "model"
 
 def keep_served(journal: Journal, model: Any, example: Any, name: str, step: int) -> dict[str, Any]:
     """Export `model` (with its example batch) into the journal; returns the op to append."""
-    import torch
+    import torch  # lazy: torch, only to log a model or tensor
 
     x = np.ascontiguousarray(example, dtype=np.float32)
     program = torch.export.export(model.eval(), (torch.from_numpy(x),))
@@ -33,9 +33,9 @@ def keep_served(journal: Journal, model: Any, example: Any, name: str, step: int
 
 def replay_served(inner: Any, journal: Journal, op: dict[str, Any]) -> str:
     """Log the journaled model to `inner`'s open run and tag the run with it; returns its model id."""
-    import torch
+    import torch  # lazy: torch, only to log a model or tensor
 
-    from fedcore.tracking.inputs import describe
+    from fedcore.tracking.inputs import describe  # lazy: loads torch, only to log a model or dataset
 
     module = torch.export.load(journal.resolve(op["path"])).module()
     example = np.load(journal.resolve(op["example"]))

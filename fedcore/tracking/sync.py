@@ -19,6 +19,7 @@ from pathlib import Path
 from fedcore.errors import TrackingError
 from fedcore.io import run_dir_lock
 from fedcore.tracking.journal import OPEN, RUNNING, Journal
+from fedcore.tracking.mlflow import MlflowTracker
 from fedcore.tracking.resilient import STATUS_TAG, TERMINAL, ResilientTracker
 
 
@@ -52,8 +53,6 @@ def sync(run_dir: str | Path, retry_seconds: float | None = None) -> SyncResult:
         if not state.get("run_id") or not state.get("uri"):
             raise TrackingError(f"'{run_dir}' has no tracking journal ({journal.dir}/state.json): it was run "
                                 "without tracking.backend mlflow, or by an older fedcore")
-        from fedcore.tracking.mlflow import MlflowTracker
-
         inner = MlflowTracker(state["uri"], state.get("experiment") or "fedcore", state.get("artifact_location"),
                               retry_seconds=retry_seconds)
         # RUNNING while the journal is replayed. First, before the journal changes: refused

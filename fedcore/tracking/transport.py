@@ -246,7 +246,7 @@ class Transport:
             # bad keys surface as boto errors.
             return TrackingError(f"MLflow {what} failed on its S3 artifact store at {_s3_endpoint()}: "
                                  f"{one_line(exc)}; {S3_HINT}")
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: MLflow takes seconds; only where tracking talks to it
 
         if isinstance(exc, MlflowException | OSError):
             return TrackingError(f"MLflow {what} failed on {self.uri}: {one_line(exc)}")
@@ -267,7 +267,7 @@ class Transport:
                     or "Could not connect to the endpoint" in str(exc):
                 return Endpoint(ARTIFACTS, "S3", _s3_endpoint())
             return None
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # lazy: MLflow takes seconds; only where tracking talks to it
 
         if not isinstance(exc, MlflowException | OSError):
             return None
