@@ -190,7 +190,7 @@ def plan_sweep(base: ExperimentConfig, spec: SweepSpec) -> list[SettingPlan]:
             for seed in seeds:
                 cfg = apply(base, run_overrides(base, set_overrides, method, seed, own.get(method, ())))
                 # A variant row is named as the row, not its method: fedgr and fedgr-robust may share a sweep.
-                name_ = run_name_for(cfg).replace(cfg.method.name, method, 1)
+                name_ = run_name_for(cfg, method, name)
                 runs.append(RunPlan(method, seed, stage_shape(cfg), name_))
         active = tuple(i for i, r in enumerate(runs) if name not in only or r.method in only[name])
         plans.append(SettingPlan(name, tuple(set_overrides), set_cfg.data_hash(), runs, active, own))

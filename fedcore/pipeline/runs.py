@@ -71,7 +71,7 @@ def open_child(cfg: ExperimentConfig, parent_run_id: str, setting: str, row: str
     tags = {**standard_tags(cfg), "row": row, "setting": setting or "default", "fedcore.role": "child"}
     if parent_run_id:
         tags.update(source_of(tracker, parent_run_id))
-    name = cfg.tracking.run_name or run_name_for(cfg).replace(cfg.method.name, row, 1)
+    name = cfg.tracking.run_name or run_name_for(cfg, row, setting or "default")
     return tracker.start(name, tags, parent_run_id=parent_run_id or None)
 
 

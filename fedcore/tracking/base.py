@@ -248,9 +248,13 @@ def noise_label(cfg: ExperimentConfig) -> str:
     return " ".join(parts)
 
 
-def run_name_for(cfg: ExperimentConfig) -> str:
-    """Readable default run name, e.g. `fedgr · sym U(0.5,1.0) · seed 0`."""
-    return f"{cfg.method.name} · {noise_label(cfg)} · seed {cfg.seed}"
+def run_name_for(cfg: ExperimentConfig, row: str | None = None, setting: str | None = None) -> str:
+    """Readable default run name, e.g. `fedgr · sym U(0.5,1.0) · seed 0`. In a sweep, `row` (a variant
+    such as fedgr-robust) replaces the method and the setting's name follows it, `fedsir · default · sym
+    U(0.7,1.0) · seed 0`, so the name starts as the console's `fedsir · default` row does."""
+    noise = noise_label(cfg)
+    head = [row or cfg.method.name, *([setting] if setting and setting != noise else [])]
+    return " · ".join([*head, noise, f"seed {cfg.seed}"])
 
 
 def standard_tags(cfg: ExperimentConfig) -> dict[str, str]:

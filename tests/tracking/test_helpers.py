@@ -84,6 +84,14 @@ def test_run_name_for(sections, expected):
     assert run_name_for(make_cfg(**sections)) == expected
 
 
+def test_a_sweep_runs_name_starts_as_the_consoles_row_does():
+    """The console's table labels a pipeline's row `fedsir · default` (row · setting): MLflow's child run
+    name starts the same, then says the noise and the seed; a setting named as its noise is not repeated."""
+    cfg = make_cfg(method={"name": "fedgr"}, noise={"rate": {"kind": "uniform", "min": 0.7, "max": 1.0}})
+    assert run_name_for(cfg, "fedgr-robust", "default") == "fedgr-robust · default · sym U(0.7,1.0) · seed 0"
+    assert run_name_for(cfg, None, "sym U(0.7,1.0)") == "fedgr · sym U(0.7,1.0) · seed 0"
+
+
 def test_standard_tags():
     cfg = make_cfg(
         data={"name": "cifar10"},
