@@ -35,7 +35,7 @@ TableScenesOpt = list_option(("--scene", "--scenes"), "scenes to print, in this 
 
 
 def bench(
-    grid: Annotated[Path, typer.Argument(help="grid YAML, e.g. lab/grids/quickstart.yaml")],
+    grid: Annotated[Path, typer.Argument(help="grid YAML, e.g. configs/grids/tiny.yaml")],
     out: Annotated[Path, typer.Option("--out", "-o", help="bench dir: data, tunes, runs, bench.json")] = Path(
         "runs/bench"),
     trials: Annotated[int | None, typer.Option("--trials", "-n", help="tune trials per method (the grid's "
@@ -156,7 +156,7 @@ def bench_table(
     per_seed: Annotated[bool, typer.Option("--per-seed", help="per scene, every row's last-10 on each seed "
                                            "beside FedAvg's two bars, ✓ where a tuned row beats both")] = False,
 ) -> None:
-    """Print the tables of lab/results/tuning.md from bench results: per scene, default and tuned
+    """Print the tables of bench results (one OUT, or a grid's parts together): per scene, default and tuned
     rows with the verdicts against FedAvg (the table OUT/SCENE/table.md holds too), or --summary, or
     --per-seed."""
     from fedcore.bench.tables import (  # lazy: CLI start-up

@@ -31,7 +31,7 @@ def bench_pipeline(args: dict[str, Any], options: Any, store: dict[str, str] | N
     from pipelines import build_pipeline  # lazy: CLI start-up
 
     if args.get("config") is None:
-        raise UserError("pass the grid: fedcore pipeline compile bench GRID.yaml (e.g. lab/grids/tiny.yaml)")
+        raise UserError("pass the grid: fedcore pipeline compile bench GRID.yaml (e.g. configs/grids/tiny.yaml)")
     if args.get("sweep") is not None or args.get("data_prefix"):
         raise UserError("--sweep and --data-prefix are not bench options; a grid names the methods and seeds")
     grid, cli_set, base = bench_config(args, store)

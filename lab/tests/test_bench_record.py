@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from fedcore import cli
 from fedcore.errors import ConfigError
 from fedcore.tracking import git_commit
 from lab.bench_record import SHA, join_records, main
+from tests.bench.test_bench_parts import run_in_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = sorted((ROOT / "lab/records").glob("*.json"))
@@ -22,26 +22,10 @@ CHECKED_IN = ("checked in: this scene predates bench.json's commit (58dad27); th
               "commit or an ancestor")
 
 
-def _grid(tmp_path: Path) -> Path:
-    """lab/grids/tiny.yaml's scene twice (two shares of noisy clients), FedAvg alone, one trial."""
-    tiny = yaml.safe_load((ROOT / "lab/grids/tiny.yaml").read_text())
-    base = tiny["scenes"]["quickstart-tiny"]
-    base["config"] = str(ROOT / base["config"])
-    grid = {**tiny, "methods": ["fedavg"], "trials": 1,
-            "scenes": {"low": base, "high": {**base, "set": [*base["set"], "noise.noisy_client_fraction=0.3"]}}}
-    path = tmp_path / "grid.yaml"
-    path.write_text(yaml.safe_dump(grid, sort_keys=False))
-    return path
-
-
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory) -> tuple[Path, Path, Path]:
-    """(grid, OUT of scene 'low', OUT of scene 'high'): the grid run in two parts."""
-    tmp = tmp_path_factory.mktemp("parts")
-    grid = _grid(tmp)
-    for scene in ("low", "high"):
-        cli.main(["bench", str(grid), "--scenes", scene, "--out", str(tmp / scene), "--no-progress"])
-    return grid, tmp / "low", tmp / "high"
+    """The grid run in two parts, as the product's test of `--scenes` runs it."""
+    return run_in_parts(tmp_path_factory.mktemp("parts"))
 
 
 def test_the_record_holds_both_parts_with_paths_under_a_bench_dir(parts, tmp_path, capsys):

@@ -66,7 +66,7 @@ importlib.import_module("lab.claims_table")
 RECORD = Path("lab/records/quickstart.json")
 GRIDS = ROOT / "lab" / "grids"
 page = f"{ROOT}/lab/results/{name}.md"
-HELP = "grid YAML, e.g. lab/grids/tiny.yaml"  # an example in prose, not a path the code reads
+HELP = "grid YAML, e.g. lab/grids/quickstart.yaml"  # an example in prose, not a path the code reads
 def f():
     """See lab/README.md."""
 '''

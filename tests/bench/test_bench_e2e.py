@@ -1,4 +1,4 @@
-"""`fedcore bench` end to end on lab/grids/tiny.yaml (digits, 2 methods, 2 trials, 1 seed,
+"""`fedcore bench` end to end on configs/grids/tiny.yaml (digits, 2 methods, 2 trials, 1 seed,
 3 rounds): tunes, default and tuned runs on one artifact per seed, bench.json, the sweep file and
 the report; a rerun skips what is done; the choice survives shuffled test numbers and swapped test labels."""
 
@@ -17,7 +17,7 @@ from fedcore.bench.results import run_row, write_results
 from fedcore.registries import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-GRID = ROOT / "lab/grids/tiny.yaml"
+GRID = ROOT / "configs/grids/tiny.yaml"
 GRID_CONFIG = ROOT / "configs/quickstart.yaml"  # tiny.yaml's scene's config
 
 

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _grid(tmp_path: Path) -> Path:
-    """lab/grids/tiny.yaml's scene twice (two shares of noisy clients), FedAvg alone, one trial."""
-    tiny = yaml.safe_load((ROOT / "lab/grids/tiny.yaml").read_text())
+    """configs/grids/tiny.yaml's scene twice (two shares of noisy clients), FedAvg alone, one trial."""
+    tiny = yaml.safe_load((ROOT / "configs/grids/tiny.yaml").read_text())
     base = tiny["scenes"]["quickstart-tiny"]
     base["config"] = str(ROOT / base["config"])
     grid = {**tiny, "methods": ["fedavg"], "trials": 1,
@@ -30,14 +30,17 @@ def _grid(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def parts(tmp_path_factory) -> tuple[Path, Path, Path]:
-    """(grid, OUT of scene 'low', OUT of scene 'high'): the grid run in two parts."""
-    tmp = tmp_path_factory.mktemp("parts")
+def run_in_parts(tmp: Path) -> tuple[Path, Path, Path]:
+    """(grid, OUT of scene 'low', OUT of scene 'high'): the grid run in two parts (lab/tests joins them)."""
     grid = _grid(tmp)
     for scene in ("low", "high"):
         cli.main(["bench", str(grid), "--scenes", scene, "--out", str(tmp / scene), "--no-progress"])
     return grid, tmp / "low", tmp / "high"
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory) -> tuple[Path, Path, Path]:
+    return run_in_parts(tmp_path_factory.mktemp("parts"))
 
 
 def test_scenes_narrow_a_grid_in_the_order_given_and_refuse_an_unknown_name(tmp_path):

@@ -1,6 +1,6 @@
 """The bench protocol as a Kubeflow pipeline (`fedcore pipeline compile|run bench GRID`): its
 compiled shape, and one local run under kfp.local's subprocess runner on a grid smaller than
-lab/grids/tiny.yaml (2 rounds, 1 trial), with MLflow in a sqlite store under tmp_path:
+configs/grids/tiny.yaml (2 rounds, 1 trial), with MLflow in a sqlite store under tmp_path:
 the choice is `choose` over the rows, the sweep file records it, and the chosen tuned run's
 model is registered with alias `selected`."""
 

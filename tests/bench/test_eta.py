@@ -88,7 +88,7 @@ def test_before_any_job_is_timed_the_stated_costs_give_the_estimate():
 
 
 def _tiny_grid(tmp_path, methods=("fedavg", "fedprox")):
-    """lab/grids/tiny.yaml's shape, here so that the product's tests do not read the lab's files."""
+    """configs/grids/tiny.yaml's shape, here so that the product's tests do not read the lab's files."""
     import yaml
 
     grid = {"scenes": {"quickstart-tiny": {"config": "configs/quickstart.yaml", "set": [

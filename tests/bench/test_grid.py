@@ -13,7 +13,7 @@ from fedcore.bench.grid import load_grid
 from fedcore.bench.plan import plan_grid
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = yaml.safe_load((ROOT / "lab/grids/tiny.yaml").read_text())
+TINY = yaml.safe_load((ROOT / "configs/grids/tiny.yaml").read_text())
 
 
 def _grid(tmp_path: Path, **changes) -> Path:

@@ -151,7 +151,7 @@ def _tiny_plan(tmp_path: Path):
     from fedcore.bench.grid import load_grid
     from fedcore.bench.plan import plan_grid
 
-    return plan_grid(load_grid(ROOT / "lab/grids/tiny.yaml", seeds=[0, 1]), tmp_path, [])
+    return plan_grid(load_grid(ROOT / "configs/grids/tiny.yaml", seeds=[0, 1]), tmp_path, [])
 
 
 def _name(job: Job) -> str:

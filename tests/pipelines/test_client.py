@@ -143,7 +143,7 @@ def test_submit_with_workers_sends_stage_tasks_that_submit_a_trainjob(kfp_api, c
 
 
 def test_submit_bench_compiles_the_grid_with_its_set_list_in_the_overrides_default(kfp_api, tmp_path, capsys):
-    code, out, _ = _cli(["pipeline", "submit", "bench", "lab/grids/tiny.yaml", "--host", kfp_api.url,
+    code, out, _ = _cli(["pipeline", "submit", "bench", "configs/grids/tiny.yaml", "--host", kfp_api.url,
                          "--set", "train.rounds=2"], capsys)
     assert code == 0, out
     (run,) = kfp_api.posted("/runs")
@@ -153,7 +153,7 @@ def test_submit_bench_compiles_the_grid_with_its_set_list_in_the_overrides_defau
     assert spec["root"]["inputDefinitions"]["parameters"]["overrides"]["defaultValue"] == [
         "tracking.backend=mlflow", "train.rounds=2"]
     package = tmp_path / "bench.yaml"
-    assert _cli(["pipeline", "compile", "bench", "lab/grids/tiny.yaml", "--out", str(package)], capsys)[0] == 0
+    assert _cli(["pipeline", "compile", "bench", "configs/grids/tiny.yaml", "--out", str(package)], capsys)[0] == 0
     code, _, err = _cli(["pipeline", "submit", "bench", "--package", str(package), "--host", kfp_api.url,
                          "--set", "train.rounds=2"], capsys)
     assert code == 2 and "recompile with `fedcore pipeline compile bench GRID --set ...`" in err

@@ -85,7 +85,7 @@ def test_the_bench_plan_counts_every_task_and_its_tunes_and_runs_report_themselv
     from fedcore.registries import load_config
     from pipelines.bench import build
 
-    path = tmp_path / "tiny.yaml"  # lab/grids/tiny.yaml's shape: one scene, two methods, one seed
+    path = tmp_path / "tiny.yaml"  # configs/grids/tiny.yaml's shape: one scene, two methods, one seed
     path.write_text(yaml.safe_dump({"scenes": {"quickstart-tiny": {"config": "configs/quickstart.yaml"}},
                                     "methods": ["fedavg", "fedprox"], "trials": 2, "seeds": [0]}))
     grid = load_grid(path)

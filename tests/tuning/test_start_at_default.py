@@ -79,13 +79,13 @@ def test_a_start_outside_the_ranges_exits_2_before_writing(tmp_path, capsys):
 
 def test_a_grid_passes_it_to_every_tune_and_katib_refuses_it(tmp_path, capsys):
     grid = tmp_path / "grid.yaml"
-    text = (ROOT / "lab/grids/tiny.yaml").read_text()
+    text = (ROOT / "configs/grids/tiny.yaml").read_text()
     grid.write_text(text + "start_at_default: true\n")
     first, _ = plan_grid(load_grid(grid), tmp_path / "out", [])
     tunes = [j for j in first if j.kind == "tune"]
     assert len(tunes) == 2 and all(j.start_at_default for j in tunes)
     # Unset, a grid starts every tune at its default; a grid that says false keeps a random first trial.
-    assert load_grid(ROOT / "lab/grids/tiny.yaml").start_at_default is True
+    assert load_grid(ROOT / "configs/grids/tiny.yaml").start_at_default is True
     plain = tmp_path / "plain.yaml"
     plain.write_text(text + "start_at_default: false\n")
     assert not any(j.start_at_default for j in plan_grid(load_grid(plain), tmp_path / "out", [])[0])
@@ -98,7 +98,7 @@ def test_a_grid_passes_it_to_every_tune_and_katib_refuses_it(tmp_path, capsys):
 def test_a_bench_started_at_defaults_records_which_tunes_kept_them(tmp_path, capsys):
     from fedcore.bench.tables import tune_info
 
-    grid = yaml.safe_load((ROOT / "lab/grids/tiny.yaml").read_text())
+    grid = yaml.safe_load((ROOT / "configs/grids/tiny.yaml").read_text())
     grid["scenes"]["quickstart-tiny"]["set"] = [*grid["scenes"]["quickstart-tiny"]["set"], "train.rounds=2"]
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump({**grid, "start_at_default": True}))
