@@ -20,6 +20,15 @@ from rich.progress import (
 from fedcore.engine.callbacks import Callback
 
 
+def score_text(metrics: dict[str, float]) -> str | None:
+    """'acc 16.9%' (or 'mAP 40.2%' for a multi-label task): in %, as every score a person reads; None
+    when the round logged no test score."""
+    for key, name in (("test/acc", "acc"), ("test/mAP", "mAP")):
+        if metrics.get(key) is not None:
+            return f"{name} {100 * metrics[key]:.1f}%"
+    return None
+
+
 class ProgressCallback(Callback):
     """Stage, round, train loss, test accuracy and ETA on one live line."""
 
@@ -27,24 +36,22 @@ class ProgressCallback(Callback):
         self.total, self.label = total_rounds, label
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}"), TextColumn("acc {task.fields[acc]}"),
+            TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[score]}"),
             TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
         )
         self.task_id = None
-        self.acc = "-"
+        self.score = "acc -"
 
     def on_run_start(self, info: dict[str, Any]) -> None:
         self.progress.start()
-        self.task_id = self.progress.add_task(self.label or "run", total=self.total, loss="-", acc="-")
+        self.task_id = self.progress.add_task(self.label or "run", total=self.total, loss="-", score=self.score)
 
     def after_round(self, rnd: int, stage: str, metrics: dict[str, float]) -> None:
         loss = metrics.get("train/loss")
-        acc = metrics.get("test/acc", metrics.get("test/mAP"))
-        if acc is not None:
-            self.acc = f"{acc:.3f}"
+        self.score = score_text(metrics) or self.score
         self.progress.update(
             self.task_id, completed=min(rnd, self.total), description=f"{self.label} {stage}".strip(),
-            loss="-" if loss is None else f"{loss:.3f}", acc=self.acc,
+            loss="-" if loss is None else f"{loss:.3f}", score=self.score,
         )
 
     def on_run_end(self, summary: dict[str, float], out_dir: Path) -> None:

@@ -104,3 +104,11 @@ def test_the_legend_explains_only_the_columns_shown():
     assert "val-pick" not in text and "vs FedAvg" not in text
     both = " ".join(" ".join(rendered(quickstart_records())).split())
     assert "val-pick: test acc at the round" in both and "vs FedAvg: last-10 minus" in both
+
+
+def test_the_run_progress_line_reads_its_score_in_percent():
+    from fedcore.reporting.progress import score_text
+
+    assert score_text({"train/loss": 2.1, "test/acc": 0.16912}) == "acc 16.9%"
+    assert score_text({"test/mAP": 0.402}) == "mAP 40.2%"
+    assert score_text({"train/loss": 2.1}) is None  # a round without evaluation keeps the last score
