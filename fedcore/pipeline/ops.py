@@ -30,8 +30,9 @@ from fedcore.pipeline.ranks import launch_stage, stage_callbacks
 from fedcore.pipeline.resources import PipelineResources, check_accelerators
 from fedcore.pipeline.runs import fail_run, note_failure, open_child, parent_of
 from fedcore.pipeline.trainjob_stage import run_on_trainjob
-from fedcore.reporting.compare import comparison_rows, group_records, merge_notes
+from fedcore.reporting.compare import group_records, merge_notes
 from fedcore.reporting.plots import compare_figure, save, scene_figure
+from fedcore.reporting.terminal import console_rows
 from fedcore.run import run_experiment
 from fedcore.stats.summary import mean_std
 from fedcore.tracking.pipeline_runs import TASK_TAG
@@ -178,7 +179,7 @@ def compare(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "sweep
     if not rows:
         raise ArtifactError("no finished runs to compare; every run of the sweep failed or was skipped")
     records = [{**r, "group": f"{r['method']} · {r['setting']}"} for r in rows]
-    header, table = comparison_rows(records, by="group")
+    header, table = console_rows(records, by="group")  # the console's table: shares in %, as a person reads them
     header[0] = "method · setting"
     notes = merge_notes(records, by="group")
     md = "\n".join([f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -188,32 +188,6 @@ def budget_notes(records: list[dict[str, Any]], by: str = "method") -> list[str]
     return [f"warning: the rows differ in training budget, so they are not an equal comparison ({listed})"]
 
 
-def comparison_rows(records: list[dict[str, Any]], by: str = "method") -> tuple[list[str], list[list[str]]]:
-    """Header and rows: one row per group, cells 'mean ± std' (or the value for one seed).
-
-    With FedAvg runs of the same setting among the records, a last column says whether each
-    group beats FedAvg: its mean last-10 above FedAvg's mean best round (so above its last-10 too).
-    """
-    groups = group_records(records, by)
-    present = [(k, name) for k, name in COLUMNS if any(k in r["summary"] for r in records)]
-    header = [by, "seeds"] + [name for _, name in present]
-    rows = []
-    for g, recs in groups.items():
-        cells = [g, str(len(recs))]
-        for k, _ in present:
-            m, s = mean_std([r["summary"].get(k) for r in recs])
-            rounds = k.endswith("_best_round")
-            cells.append("-" if np.isnan(m) else (f"{m:.{0 if rounds else 3}f}" if len(recs) == 1 or rounds
-                                                  else f"{m:.3f} ± {s:.3f}"))
-        rows.append(cells)
-    verdicts = [beats_fedavg(recs, records) for recs in groups.values()]
-    if any(v != "-" for v in verdicts):
-        header.append("beats FedAvg (last10 − its best)")
-        for row, v in zip(rows, verdicts, strict=True):
-            row.append(v)
-    return header, rows
-
-
 def fedavg_margin(group: list[dict[str, Any]], records: list[dict[str, Any]]) -> float | None:
     """The group's mean last-10 minus the mean best round of FedAvg on the same setting; None for
     FedAvg itself or when no FedAvg run of that setting is in the records."""
@@ -228,9 +202,3 @@ def fedavg_margin(group: list[dict[str, Any]], records: list[dict[str, Any]]) ->
     if not ref or np.isnan(mine) or np.isnan(best):
         return None
     return mine - best
-
-
-def beats_fedavg(group: list[dict[str, Any]], records: list[dict[str, Any]]) -> str:
-    """'yes +d' / 'no -d': d = `fedavg_margin`; '-' where it has none."""
-    d = fedavg_margin(group, records)
-    return "-" if d is None else f"{'yes' if d > 0 else 'no'} {d:+.3f}"
