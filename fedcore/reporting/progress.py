@@ -78,6 +78,7 @@ def trial_progress(total: int, done: int, enabled: bool = True,
         task = bar.add_task("tune", total=total, completed=done, pruned="-", best="-")
 
         def update(done: int, pruned: int, best: float | None) -> None:
-            bar.update(task, completed=done, pruned=str(pruned), best="-" if best is None else f"{best:.4f}")
+            # In %, as the tune's closing line prints it (its objective is a validation score).
+            bar.update(task, completed=done, pruned=str(pruned), best="-" if best is None else f"{100 * best:.2f}%")
 
         yield update

@@ -112,3 +112,16 @@ def test_the_run_progress_line_reads_its_score_in_percent():
     assert score_text({"train/loss": 2.1, "test/acc": 0.16912}) == "acc 16.9%"
     assert score_text({"test/mAP": 0.402}) == "mAP 40.2%"
     assert score_text({"train/loss": 2.1}) is None  # a round without evaluation keeps the last score
+
+
+def test_the_tune_progress_line_reads_its_best_in_percent():
+    import io
+
+    from rich.console import Console
+
+    from fedcore.reporting.progress import trial_progress
+
+    buf = io.StringIO()
+    with trial_progress(4, 0, console=Console(file=buf, width=120, force_terminal=False)) as update:
+        update(2, 0, 0.41234)
+    assert "best 41.23%" in buf.getvalue()
