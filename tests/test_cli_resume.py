@@ -5,7 +5,6 @@ against it, in one line, before anything is loaded."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,11 +12,8 @@ from fedcore import cli
 from fedcore.data.build import build
 from fedcore.registries import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG = str(ROOT / "configs" / "quickstart.yaml")
-TINY = ["train.device=cpu", "train.rounds=2", "partition.num_clients=4", "data.max_train=200",
-        "train.local_epochs=1", "train.checkpoint_every=1", "train.client_fraction=0.5", "tracking.backend=none",
-        "train.memorization=false"]
+# The tiny quickstart run the engine's resume tests use.
+from tests.engine.test_resume_paths import CONFIG, TINY
 
 
 @pytest.fixture(scope="module")

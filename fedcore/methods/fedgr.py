@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -116,7 +115,7 @@ from fedcore.stats.sieving import (
 )
 from fedcore.train import losses
 from fedcore.train.ema import ema_step_, ramped_decay, ramped_weights, revise, stacked_ema_update, teacher_reset
-from fedcore.train.params import get_params, load_params_
+from fedcore.train.params import get_params, load_params_, weighted_average
 from fedcore.train.refine import (
     batch_soft_targets,
     confident_agreement,
@@ -377,14 +376,6 @@ def client_counts(labels: torch.Tensor, flagged: torch.Tensor, global_pred: torc
     return out
 
 
-def mean_params(states: Sequence[tuple[dict[str, torch.Tensor], int]]) -> dict[str, torch.Tensor] | None:
-    """Sample-weighted mean of parameter dicts [(params, n)], or None for none."""
-    if not states:
-        return None
-    total = float(sum(n for _, n in states))
-    return {k: sum(p[k].float() * (n / total) for p, n in states) for k in states[0][0]}
-
-
 def _kl_share(metrics: dict[str, float], lambda_b: float, lambda_r: float) -> float | None:
     """lambda_B b / (sr + lambda_B b + lambda_R r) of one client's mean loss terms."""
     if "fedgr/loss_b" not in metrics:
@@ -535,7 +526,8 @@ class FedGR(StagedMethod):
                                 p.lambda_r, bic)
         self._warn_premise(state.rnd, scalars)
         teachers = [(u.uploads.teacher, u.num_examples) for u in updates if u.uploads.teacher is not None]
-        self._teacher_mean = mean_params(teachers)
+        self._teacher_mean = (weighted_average([t for t, _ in teachers], [n for _, n in teachers])
+                              if teachers else None)
         return extra, RoundMetrics(scalars=scalars, estimates=est)
 
     def _warn_premise(self, rnd: int, scalars: dict[str, float]) -> None:
